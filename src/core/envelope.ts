@@ -1,0 +1,40 @@
+/** JSON values: what a payload may contain. */
+export type JsonValue = null | boolean | number | string | readonly JsonValue[] | { readonly [key: string]: JsonValue };
+
+/** Event headers: a flat string map (trace context, content type, schema version). */
+export type EventHeaders = Readonly<Record<string, string>>;
+
+/**
+ * The envelope of one event, as stored in the outbox and handed to transports.
+ * `id` is a UUIDv7 and the dedup key everywhere; `key` is the ordering key
+ * (default `aggregateType:aggregateId`): events of one key are published in
+ * outbox order.
+ */
+export interface OutboxEvent<TPayload = unknown, TType extends string = string> {
+  readonly id: string;
+  readonly type: TType;
+  readonly aggregateType: string;
+  readonly aggregateId: string;
+  readonly key: string;
+  readonly destination: string;
+  readonly payload: TPayload;
+  readonly headers: EventHeaders;
+  readonly occurredAt: Date;
+  /** Per-aggregate version, increasing; null when the producer does not track one. */
+  readonly version: number | null;
+}
+
+/** An outbox event together with the relay's bookkeeping for it. */
+export interface StoredEvent extends OutboxEvent {
+  /** Outbox order: assigned at insert, increasing. */
+  readonly seq: number;
+  /** The bucket (hash slot of `key`) that relays share among themselves. */
+  readonly bucket: number;
+  /** Publish attempts made so far (persisted across restarts). */
+  readonly attempts: number;
+}
+
+/** The default ordering key of an aggregate. */
+export function defaultKey(aggregateType: string, aggregateId: string): string {
+  return `${aggregateType}:${aggregateId}`;
+}

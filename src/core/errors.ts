@@ -1,0 +1,108 @@
+/**
+ * The errors txbox throws. Each has a stable `code` to match on and keeps the
+ * underlying error as `cause`. Expected outcomes (a failed publish, a missing
+ * row) are return values, not exceptions.
+ */
+
+export type TxboxErrorCode =
+  | 'TXBOX_CONFIG'
+  | 'TXBOX_INVALID_EVENT'
+  | 'TXBOX_PAYLOAD_TOO_LARGE'
+  | 'TXBOX_UNKNOWN_DESTINATION'
+  | 'TXBOX_TRANSPORT'
+  | 'TXBOX_SCHEMA'
+  | 'TXBOX_ABORTED';
+
+export class TxboxError extends Error {
+  readonly code: TxboxErrorCode;
+  constructor(code: TxboxErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+    this.name = new.target.name;
+  }
+}
+
+/** Invalid options or configuration. `field` names the setting to fix. */
+export class ConfigError extends TxboxError {
+  readonly field: string;
+  constructor(field: string, message: string, options?: { cause?: unknown }) {
+    super('TXBOX_CONFIG', `${field}: ${message}`, options);
+    this.field = field;
+  }
+}
+
+/** An event given to `enqueue` that cannot be stored. Thrown before any SQL is sent. */
+export class InvalidEventError extends TxboxError {
+  readonly field: string;
+  constructor(field: string, message: string, options?: { cause?: unknown; code?: TxboxErrorCode }) {
+    super(options?.code ?? 'TXBOX_INVALID_EVENT', `${field}: ${message}`, options);
+    this.field = field;
+  }
+}
+
+/** The serialized payload is larger than `maxPayloadBytes`. */
+export class PayloadTooLargeError extends InvalidEventError {
+  readonly bytes: number;
+  readonly limit: number;
+  constructor(field: string, bytes: number, limit: number) {
+    super(
+      field,
+      `serialized payload is ${bytes} bytes, over the limit of ${limit} bytes; store large data elsewhere and put a reference in the event, or raise maxPayloadBytes`,
+      { code: 'TXBOX_PAYLOAD_TOO_LARGE' },
+    );
+    this.bytes = bytes;
+    this.limit = limit;
+  }
+}
+
+/** The event names a destination that the outbox was not configured with. */
+export class UnknownDestinationError extends InvalidEventError {
+  constructor(field: string, destination: string, known: readonly string[]) {
+    super(
+      field,
+      `unknown destination ${JSON.stringify(destination)}; known destinations: ${known.map((d) => JSON.stringify(d)).join(', ') || '(none)'}. Add it to the outbox's destinations or fix the event definition`,
+      { code: 'TXBOX_UNKNOWN_DESTINATION' },
+    );
+  }
+}
+
+/** The database schema is missing or older than this version of txbox expects. */
+export class SchemaError extends TxboxError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('TXBOX_SCHEMA', message, options);
+  }
+}
+
+export type TransportErrorKind = 'retriable' | 'permanent';
+
+/**
+ * A failed publish. `retriable` errors (timeouts, broker down, 5xx, 429) are
+ * retried with backoff; `permanent` ones (oversize, unroutable, 4xx) park the
+ * event at once.
+ */
+export class TransportError extends TxboxError {
+  readonly kind: TransportErrorKind;
+  /** A delay the broker asked for (HTTP Retry-After), in milliseconds. */
+  readonly retryAfterMs: number | undefined;
+  constructor(kind: TransportErrorKind, message: string, options?: { cause?: unknown; retryAfterMs?: number }) {
+    super('TXBOX_TRANSPORT', message, options);
+    this.kind = kind;
+    this.retryAfterMs = options?.retryAfterMs;
+  }
+  get retriable(): boolean {
+    return this.kind === 'retriable';
+  }
+}
+
+export class AbortedError extends TxboxError {
+  constructor(message = 'operation aborted') {
+    super('TXBOX_ABORTED', message);
+  }
+}
+
+/** Turns anything thrown into a TransportError; unknown errors count as retriable. */
+export function toTransportError(err: unknown): TransportError {
+  if (err instanceof TransportError) return err;
+  const message = err instanceof Error ? err.message : String(err);
+  return new TransportError('retriable', message, { cause: err });
+}

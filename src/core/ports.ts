@@ -1,0 +1,131 @@
+/**
+ * The ports: small contracts between the core and its adapters (stores and
+ * transports). Each method's doc says what it guarantees.
+ */
+import type { EventHeaders, OutboxEvent, StoredEvent } from './envelope.ts';
+import type { TransportError } from './errors.ts';
+
+/**
+ * The executor seam: anything that runs one parameterized statement inside the
+ * caller's transaction. `pg`'s Client and PoolClient and PGlite's transaction
+ * object fit as they are; `fromKysely`, `fromKnex` and friends adapt the rest.
+ * Placeholders are `$1, $2, ...`.
+ */
+export interface SqlExecutor {
+  query(text: string, params?: unknown[]): Promise<{ rows: unknown[] }>;
+}
+
+/** An event validated and serialized by the core, ready to insert. */
+export interface PreparedEvent {
+  readonly id: string;
+  readonly type: string;
+  readonly aggregateType: string;
+  readonly aggregateId: string;
+  readonly key: string;
+  readonly destination: string;
+  /** The payload, already serialized to JSON text and checked against the size limit. */
+  readonly payloadJson: string;
+  readonly headers: EventHeaders;
+  readonly occurredAt: Date;
+  readonly version: number | null;
+}
+
+/** The write side of an outbox table. */
+export interface OutboxStore {
+  /**
+   * Inserts the events with one statement through `executor`, inside whatever
+   * transaction the executor is in. Never begins, commits or rolls back.
+   * Events inserted by one call get increasing outbox order in array order.
+   */
+  insert(executor: SqlExecutor, events: readonly PreparedEvent[]): Promise<void>;
+}
+
+/** A bucket lease held by one relay. `token` is the fencing token of this acquisition. */
+export interface BucketLease {
+  readonly bucket: number;
+  readonly token: string;
+}
+
+/** What a relay reports about itself at each heartbeat (shown by `txbox status`). */
+export interface RelayHeartbeat {
+  readonly relayId: string;
+  readonly host: string;
+  readonly pid: number;
+  readonly inFlight: number;
+  readonly publishedTotal: number;
+  readonly ratePerMinute: number;
+}
+
+/** The outcome of one claimed event, reported back to the store. */
+export type Completion =
+  | { readonly seq: number; readonly token: string; readonly outcome: 'published' }
+  | { readonly seq: number; readonly token: string; readonly outcome: 'retry'; readonly delayMs: number; readonly error: string }
+  | { readonly seq: number; readonly token: string; readonly outcome: 'park'; readonly error: string };
+
+export interface ClaimOptions {
+  /** At most this many events. */
+  readonly limit: number;
+  /** Destinations whose parked events do not hold back later events of their key. */
+  readonly skipParkedDestinations: readonly string[];
+}
+
+/**
+ * The relay side of an outbox table. Buckets (hash slots of the key) are
+ * leased to one relay at a time, judged by the database clock; every change a
+ * relay makes is checked against its lease's fencing token.
+ */
+export interface RelayStore {
+  /** Records that `relay` is alive and returns how many relays are alive now. */
+  heartbeat(relay: RelayHeartbeat, ttlMs: number): Promise<{ readonly liveRelays: number; readonly bucketCount: number }>;
+  /**
+   * Renews `held` leases and acquires up to `acquire` more free or expired buckets.
+   * Returns every lease the relay holds afterwards; a held lease missing from the
+   * result was lost (expired and taken by another relay).
+   */
+  lease(relayId: string, held: readonly BucketLease[], acquire: number, ttlMs: number): Promise<BucketLease[]>;
+  /** Gives buckets back at once, so that other relays need not wait for expiry. */
+  release(relayId: string, leases: readonly BucketLease[]): Promise<void>;
+  /**
+   * Returns publishable events of the leased buckets in outbox order. An event is
+   * publishable when it is pending, not backing off, and no earlier event of its
+   * key is backing off or parked (unless that one's destination skips parked
+   * events). Several events of one key may be returned, in order.
+   */
+  claim(leases: readonly BucketLease[], options: ClaimOptions): Promise<StoredEvent[]>;
+  /**
+   * Applies outcomes in one statement, fenced: a row changes only if the relay
+   * still holds its bucket with the same token and the lease has not expired.
+   * Returns how many were applied; the rest were rejected by the fence.
+   */
+  complete(relayId: string, completions: readonly Completion[]): Promise<{ readonly applied: number; readonly rejected: number }>;
+  /**
+   * Resolves when new events may be waiting (a notification) or after
+   * `timeoutMs`, whichever comes first, or at once when `signal` aborts.
+   */
+  waitForEvents(timeoutMs: number, signal: AbortSignal): Promise<void>;
+  /** Releases connections the store opened itself. */
+  close(): Promise<void>;
+}
+
+/** The outcome of publishing one event. */
+export type PublishOutcome = { readonly ok: true } | { readonly ok: false; readonly error: TransportError };
+
+/**
+ * Moves events to a broker or endpoint. Modelled on Watermill's Publisher.
+ */
+export interface Transport {
+  /** A short name for logs and metrics, e.g. `http`, `kafka`. */
+  readonly name: string;
+  /** Connects and checks configuration; throws ConfigError naming the setting. Optional. */
+  start?(signal: AbortSignal): Promise<void>;
+  /**
+   * Publishes events and resolves with one outcome per event, in input order,
+   * only after the broker acknowledged each (ack before mark). The relay passes
+   * at most one event per key in a call, so events of a call may be sent
+   * concurrently. Per-event failures are outcomes; the promise rejects only on
+   * a programming error. Publishing the same id twice is allowed (at-least-once).
+   */
+  publish(events: readonly OutboxEvent[], signal: AbortSignal): Promise<PublishOutcome[]>;
+  /** Closes connections; in-flight publishes are finished or aborted first. */
+  close(): Promise<void>;
+}

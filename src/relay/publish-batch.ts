@@ -1,0 +1,114 @@
+import type { StoredEvent } from '../core/envelope.ts';
+import { TransportError, toTransportError } from '../core/errors.ts';
+import type { Completion, PublishOutcome, Transport } from '../core/ports.ts';
+import { retryDelay, type ResolvedRetryOptions } from '../core/retry.ts';
+
+export interface BatchContext {
+  readonly transport: Transport;
+  readonly retry: ResolvedRetryOptions;
+  readonly publishTimeoutMs: number;
+  /** Aborted when the relay must stop now. */
+  readonly signal: AbortSignal;
+  /** The fencing token of each event's bucket, from the claim. */
+  tokenOf(bucket: number): string;
+  /** False once the relay may no longer act on the bucket (lease lost or about to expire). */
+  leaseValid(bucket: number, token: string): boolean;
+  onFailure?(event: StoredEvent, completion: Completion & { outcome: 'retry' | 'park' }): void;
+}
+
+/**
+ * Publishes a claimed batch in waves: each wave holds the next event of every
+ * key still in play, so one transport call carries many keys at once while
+ * a key's events go out strictly one after another. A key stops at its first
+ * failure: later events of that key are left pending, to go after the retry.
+ * Returns completions for every event that was attempted; events not
+ * attempted (key stopped, lease lost, relay stopping) stay pending.
+ */
+export async function publishBatch(events: readonly StoredEvent[], ctx: BatchContext): Promise<Completion[]> {
+  const queues = new Map<string, StoredEvent[]>();
+  for (const e of events) {
+    const q = queues.get(e.key);
+    if (q) q.push(e);
+    else queues.set(e.key, [e]);
+  }
+  const completions: Completion[] = [];
+  while (queues.size > 0 && !ctx.signal.aborted) {
+    const wave: StoredEvent[] = [];
+    for (const [key, q] of queues) {
+      const head = q[0]!;
+      if (!ctx.leaseValid(head.bucket, ctx.tokenOf(head.bucket))) queues.delete(key);
+      else wave.push(head);
+    }
+    if (wave.length === 0) break;
+    const outcomes = await publishWave(wave, ctx);
+    if (outcomes === null) break; // stopping: leave the wave pending
+    for (let i = 0; i < wave.length; i++) {
+      const event = wave[i]!;
+      const outcome = outcomes[i]!;
+      const token = ctx.tokenOf(event.bucket);
+      const q = queues.get(event.key)!;
+      if (outcome.ok) {
+        completions.push({ seq: event.seq, token, outcome: 'published' });
+        q.shift();
+        if (q.length === 0) queues.delete(event.key);
+        continue;
+      }
+      const failure = failureCompletion(event, token, outcome.error, ctx.retry);
+      completions.push(failure);
+      ctx.onFailure?.(event, failure);
+      queues.delete(event.key); // the rest of this key waits for the retry
+    }
+  }
+  return completions;
+}
+
+async function publishWave(wave: StoredEvent[], ctx: BatchContext): Promise<PublishOutcome[] | null> {
+  const signal = AbortSignal.any([ctx.signal, AbortSignal.timeout(ctx.publishTimeoutMs)]);
+  try {
+    const outcomes = await untilAborted(ctx.transport.publish(wave, signal), signal);
+    if (outcomes.length !== wave.length) {
+      throw new Error(`transport ${ctx.transport.name} returned ${outcomes.length} outcomes for ${wave.length} events`);
+    }
+    return outcomes;
+  } catch (err) {
+    if (ctx.signal.aborted) return null;
+    const error = signal.aborted
+      ? new TransportError('retriable', `publish timed out after ${ctx.publishTimeoutMs} ms`, { cause: err })
+      : toTransportError(err);
+    return wave.map(() => ({ ok: false, error }));
+  }
+}
+
+function failureCompletion(
+  event: StoredEvent,
+  token: string,
+  error: TransportError,
+  retry: ResolvedRetryOptions,
+): Completion & { outcome: 'retry' | 'park' } {
+  const attempt = event.attempts + 1;
+  const message = `${error.kind}: ${error.message}`.slice(0, 2000);
+  if (error.kind === 'permanent') return { seq: event.seq, token, outcome: 'park', error: message };
+  if (attempt >= retry.maxAttempts) {
+    return { seq: event.seq, token, outcome: 'park', error: `gave up after ${attempt} attempts; last error ${message}` };
+  }
+  return { seq: event.seq, token, outcome: 'retry', delayMs: retryDelay(retry, attempt, error.retryAfterMs), error: message };
+}
+
+/** Settles with `promise`, or rejects when `signal` aborts first (a transport that ignores its signal cannot hang the relay). */
+function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      },
+      (e: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e);
+      },
+    );
+  });
+}

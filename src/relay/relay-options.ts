@@ -1,0 +1,89 @@
+import { hostname } from 'node:os';
+import { ConfigError } from '../core/errors.ts';
+import type { Logger } from '../core/logger.ts';
+import { silentLogger } from '../core/logger.ts';
+import type { RelayStore, Transport } from '../core/ports.ts';
+import { resolveRetryOptions, type ResolvedRetryOptions, type RetryOptions } from '../core/retry.ts';
+import { uuidv7 } from '../core/uuid.ts';
+
+export interface RelayOptions {
+  /** Where events are claimed and marked, e.g. `new PostgresRelayStore(...)`. Required. */
+  readonly store: RelayStore;
+  /** Where events are published, e.g. `new HttpTransport(...)`. Required. */
+  readonly transport: Transport;
+  /** A name for this relay in leases, logs and status. Default: `<host>-<pid>-<random>`. */
+  readonly relayId?: string;
+  /** Events claimed per batch. Default: 500. */
+  readonly batchSize?: number;
+  /** Claim loops that run at once, each over its own share of buckets, overlapping database round trips with publishing. Default: 2. */
+  readonly lanes?: number;
+  /** How long a bucket lease lasts without renewal, judged by the database clock, in ms. Renewed every third of it. Default: 30000. */
+  readonly leaseTtlMs?: number;
+  /** Longest wait between claims when idle; LISTEN/NOTIFY wakes the relay sooner. Default: 1000 ms. */
+  readonly pollIntervalMs?: number;
+  /** Backoff and attempts before an event is parked. */
+  readonly retry?: RetryOptions;
+  /** Destinations whose parked events do not hold back later events of the same key. Default: none (a parked event holds its key). */
+  readonly skipParkedDestinations?: readonly string[];
+  /** Longest time one publish call may take before its events count as timed out (retriable). Default: 30000 ms. */
+  readonly publishTimeoutMs?: number;
+  /** How long `stop()` lets in-flight batches finish before aborting them. Default: 10000 ms. */
+  readonly stopTimeoutMs?: number;
+  /** A pino-compatible logger. Default: silent. */
+  readonly logger?: Logger;
+}
+
+export interface ResolvedRelayOptions {
+  readonly store: RelayStore;
+  readonly transport: Transport;
+  readonly relayId: string;
+  readonly batchSize: number;
+  readonly lanes: number;
+  readonly leaseTtlMs: number;
+  readonly pollIntervalMs: number;
+  readonly retry: ResolvedRetryOptions;
+  readonly skipParkedDestinations: readonly string[];
+  readonly publishTimeoutMs: number;
+  readonly stopTimeoutMs: number;
+  readonly logger: Logger;
+}
+
+function int(field: string, value: number | undefined, fallback: number, min: number, max: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value < min || value > max) {
+    throw new ConfigError(field, `must be an integer from ${min} to ${max}, got ${String(value)}`);
+  }
+  return value;
+}
+
+export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions {
+  if (!options?.store || typeof options.store.claim !== 'function') {
+    throw new ConfigError('store', 'is required: pass a relay store such as new PostgresRelayStore({ connection })');
+  }
+  if (!options.transport || typeof options.transport.publish !== 'function') {
+    throw new ConfigError('transport', 'is required: pass a transport such as new HttpTransport({ endpoints })');
+  }
+  const relayId = options.relayId ?? `${hostname()}-${process.pid}-${uuidv7().slice(-6)}`;
+  if (typeof relayId !== 'string' || !/^[\w.:@-]{1,120}$/.test(relayId)) {
+    throw new ConfigError('relayId', 'must be 1-120 characters of letters, digits and . _ : @ -');
+  }
+  const leaseTtlMs = int('leaseTtlMs', options.leaseTtlMs, 30_000, 500, 3_600_000);
+  const skip = options.skipParkedDestinations ?? [];
+  if (!Array.isArray(skip) || skip.some((d) => typeof d !== 'string')) {
+    throw new ConfigError('skipParkedDestinations', 'must be an array of destination names');
+  }
+  return Object.freeze({
+    store: options.store,
+    transport: options.transport,
+    relayId,
+    batchSize: int('batchSize', options.batchSize, 500, 1, 10_000),
+    lanes: int('lanes', options.lanes, 2, 1, 64),
+    leaseTtlMs,
+    pollIntervalMs: int('pollIntervalMs', options.pollIntervalMs, 1000, 1, 600_000),
+    retry: resolveRetryOptions(options.retry),
+    skipParkedDestinations: Object.freeze([...skip]),
+    publishTimeoutMs: int('publishTimeoutMs', options.publishTimeoutMs, 30_000, 1, 3_600_000),
+    stopTimeoutMs: int('stopTimeoutMs', options.stopTimeoutMs, 10_000, 0, 3_600_000),
+    logger: options.logger ?? silentLogger,
+  });
+}

@@ -1,0 +1,232 @@
+import { hostname } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { keyHash, TypedEmitter } from '../core/emitter.ts';
+import type { Completion } from '../core/ports.ts';
+import { LeaseKeeper, type LeaseChange } from './lease-keeper.ts';
+import { publishBatch } from './publish-batch.ts';
+import { RateWindow } from './rate-window.ts';
+import { resolveRelayOptions, type RelayOptions, type ResolvedRelayOptions } from './relay-options.ts';
+
+/** Lifecycle events of a relay; metrics and logs subscribe to them. */
+export interface RelayEvents {
+  started: { readonly relayId: string };
+  stopped: { readonly relayId: string; readonly releasedBuckets: number };
+  leases: LeaseChange & { readonly relayId: string };
+  batch: {
+    readonly lane: number;
+    readonly claimed: number;
+    readonly published: number;
+    readonly retried: number;
+    readonly parked: number;
+    readonly rejected: number;
+    readonly durationMs: number;
+  };
+  retry: { readonly id: string; readonly type: string; readonly keyHash: string; readonly attempts: number; readonly delayMs: number; readonly error: string };
+  parked: { readonly id: string; readonly type: string; readonly keyHash: string; readonly attempts: number; readonly error: string };
+  /** Completions the database refused because this relay's lease had expired or moved. */
+  fenced: { readonly lane: number; readonly rejected: number };
+  error: { readonly phase: 'lease' | 'claim' | 'complete'; readonly error: Error };
+}
+
+/**
+ * Moves events from the outbox to a transport: claims batches from the
+ * buckets it leases, publishes them (per-key order, many keys at once),
+ * waits for acks, then marks them, fenced by the lease token.
+ *
+ * @example
+ * const relay = createRelay({ store: new PostgresRelayStore({ connection }), transport: new HttpTransport({ endpoints }) });
+ * await relay.start();
+ * process.on('SIGTERM', () => relay.stop());
+ */
+export class Relay extends TypedEmitter<RelayEvents> {
+  readonly options: ResolvedRelayOptions;
+  readonly #leases: LeaseKeeper;
+  readonly #rate = new RateWindow(60);
+  #stopClaiming = new AbortController();
+  #stopNow = new AbortController();
+  #loops: Promise<void>[] = [];
+  #state: 'idle' | 'running' | 'stopping' = 'idle';
+  #inFlight = 0;
+  #publishedTotal = 0;
+  #stopping: Promise<void> | undefined;
+
+  constructor(options: RelayOptions) {
+    super();
+    this.options = resolveRelayOptions(options);
+    this.#leases = new LeaseKeeper(this.options.store, this.options.relayId, this.options.leaseTtlMs);
+    this.#logEvents();
+  }
+
+  get relayId(): string {
+    return this.options.relayId;
+  }
+
+  get publishedTotal(): number {
+    return this.#publishedTotal;
+  }
+
+  /** Connects the transport, takes the first leases and starts the claim loops. Resolves once running. */
+  async start(): Promise<void> {
+    if (this.#state !== 'idle') throw new Error(`relay is ${this.#state}; create a new relay to start again`);
+    this.#state = 'running';
+    this.#stopClaiming = new AbortController();
+    this.#stopNow = new AbortController();
+    await this.options.transport.start?.(this.#stopNow.signal);
+    await this.#tickLeases();
+    this.#loops = [this.#leaseLoop()];
+    for (let lane = 0; lane < this.options.lanes; lane++) this.#loops.push(this.#laneLoop(lane));
+    this.emit('started', { relayId: this.relayId });
+  }
+
+  /**
+   * Graceful stop: no new claims; in-flight batches finish (published, acked,
+   * marked) within `stopTimeoutMs`, then are aborted and left pending; leases
+   * are released so other relays take over at once.
+   */
+  stop(): Promise<void> {
+    this.#stopping ??= this.#stop();
+    return this.#stopping;
+  }
+
+  async #stop(): Promise<void> {
+    if (this.#state === 'idle') return;
+    this.#state = 'stopping';
+    this.#stopClaiming.abort();
+    const timer = setTimeout(() => this.#stopNow.abort(), this.options.stopTimeoutMs);
+    await Promise.allSettled(this.#loops);
+    clearTimeout(timer);
+    let releasedBuckets = 0;
+    try {
+      releasedBuckets = await this.#leases.releaseAll();
+    } catch (err) {
+      this.options.logger.warn({ err: (err as Error).message }, 'txbox relay: could not release leases; they expire by themselves');
+    }
+    await this.options.store.close().catch(() => {});
+    await this.options.transport.close().catch(() => {});
+    this.emit('stopped', { relayId: this.relayId, releasedBuckets });
+  }
+
+  async #tickLeases(): Promise<void> {
+    const change = await this.#leases.tick({
+      inFlight: this.#inFlight,
+      publishedTotal: this.#publishedTotal,
+      ratePerMinute: this.#rate.total(),
+      host: hostname(),
+      pid: process.pid,
+    });
+    if (change.acquired || change.lost || change.released) this.emit('leases', { ...change, relayId: this.relayId });
+  }
+
+  async #leaseLoop(): Promise<void> {
+    const signal = this.#stopClaiming.signal;
+    const every = Math.floor(this.options.leaseTtlMs / 3);
+    while (!signal.aborted) {
+      await sleep(every, undefined, { signal }).catch(() => {});
+      if (signal.aborted) break;
+      try {
+        await this.#tickLeases();
+      } catch (err) {
+        this.emit('error', { phase: 'lease', error: err as Error });
+      }
+    }
+  }
+
+  async #laneLoop(lane: number): Promise<void> {
+    const { store, batchSize, lanes, pollIntervalMs, skipParkedDestinations } = this.options;
+    const signal = this.#stopClaiming.signal;
+    let failures = 0;
+    while (!signal.aborted) {
+      const leases = this.#leases.leasesFor(lane, lanes);
+      if (leases.length === 0) {
+        await sleep(Math.min(pollIntervalMs, this.options.leaseTtlMs / 3), undefined, { signal }).catch(() => {});
+        continue;
+      }
+      let events;
+      try {
+        events = await store.claim(leases, { limit: batchSize, skipParkedDestinations });
+        failures = 0;
+      } catch (err) {
+        this.emit('error', { phase: 'claim', error: err as Error });
+        await sleep(Math.min(5000, 200 * 2 ** failures++), undefined, { signal }).catch(() => {});
+        continue;
+      }
+      if (events.length === 0) {
+        await store.waitForEvents(pollIntervalMs, signal);
+        continue;
+      }
+      const tokens = new Map(leases.map((l) => [l.bucket, l.token]));
+      const buckets = new Set(events.map((e) => e.bucket));
+      const started = performance.now();
+      this.#leases.markBusy(buckets);
+      this.#inFlight += events.length;
+      try {
+        const completions = await publishBatch(events, {
+          transport: this.options.transport,
+          retry: this.options.retry,
+          publishTimeoutMs: this.options.publishTimeoutMs,
+          signal: this.#stopNow.signal,
+          tokenOf: (bucket) => tokens.get(bucket)!,
+          leaseValid: (bucket, token) => this.#leases.isValid(bucket, token),
+          onFailure: (event, c) => this.#reportFailure(event, c),
+        });
+        await this.#complete(lane, events.length, completions, started);
+      } finally {
+        this.#inFlight -= events.length;
+        this.#leases.markIdle(buckets);
+      }
+    }
+  }
+
+  async #complete(lane: number, claimed: number, completions: Completion[], started: number): Promise<void> {
+    let attempt = 0;
+    for (;;) {
+      try {
+        const { applied, rejected } = await this.options.store.complete(this.relayId, completions);
+        const published = completions.filter((c) => c.outcome === 'published').length;
+        this.#publishedTotal += published;
+        this.#rate.add(published);
+        if (rejected > 0) this.emit('fenced', { lane, rejected });
+        this.emit('batch', {
+          lane,
+          claimed,
+          published,
+          retried: completions.filter((c) => c.outcome === 'retry').length,
+          parked: completions.filter((c) => c.outcome === 'park').length,
+          rejected,
+          durationMs: performance.now() - started,
+        });
+        void applied;
+        return;
+      } catch (err) {
+        this.emit('error', { phase: 'complete', error: err as Error });
+        // The events were acked; if marking keeps failing they stay pending and are
+        // published again after the lease moves on (at-least-once, never lost).
+        if (++attempt >= 5 || this.#stopNow.signal.aborted) return;
+        await sleep(200 * 2 ** attempt, undefined, { signal: this.#stopNow.signal }).catch(() => {});
+      }
+    }
+  }
+
+  #reportFailure(event: { id: string; type: string; key: string; attempts: number }, c: Completion & { outcome: 'retry' | 'park' }): void {
+    const base = { id: event.id, type: event.type, keyHash: keyHash(event.key), attempts: event.attempts + 1, error: c.error };
+    if (c.outcome === 'retry') this.emit('retry', { ...base, delayMs: c.delayMs });
+    else this.emit('parked', base);
+  }
+
+  #logEvents(): void {
+    const log = this.options.logger;
+    const relayId = this.relayId;
+    this.on('started', () => log.info({ relayId }, 'txbox relay started'));
+    this.on('stopped', (e) => log.info(e, 'txbox relay stopped'));
+    this.on('leases', (e) => log.info(e, 'txbox relay leases changed'));
+    this.on('retry', (e) => log.warn(e, 'txbox relay: publish failed, will retry'));
+    this.on('parked', (e) => log.error(e, 'txbox relay: event parked'));
+    this.on('fenced', (e) => log.warn({ relayId, ...e }, 'txbox relay: lease lost, marks rejected by the fence'));
+    this.on('error', (e) => log.error({ relayId, phase: e.phase, err: e.error.message }, 'txbox relay error'));
+  }
+}
+
+/** Creates a relay. See `Relay`. */
+export function createRelay(options: RelayOptions): Relay {
+  return new Relay(options);
+}

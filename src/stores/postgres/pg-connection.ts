@@ -1,0 +1,95 @@
+import pg from 'pg';
+import { ConfigError } from '../../core/errors.ts';
+import type { Logger } from '../../core/logger.ts';
+import { silentLogger } from '../../core/logger.ts';
+import type { PostgresConnection } from './postgres-connection.ts';
+
+export interface PgConnectionOptions {
+  /** A `pg` Pool to use; txbox does not end it. Give this or `connectionString`. */
+  readonly pool?: pg.Pool;
+  /** A PostgreSQL URL; txbox opens and closes its own pool. */
+  readonly connectionString?: string;
+  /** Pool size when txbox opens the pool. Default: 4. */
+  readonly maxConnections?: number;
+  readonly logger?: Logger;
+}
+
+/** Builds a PostgresConnection over a `pg` Pool (yours or one txbox opens). */
+export function pgConnection(options: PgConnectionOptions): PostgresConnection {
+  const logger = options.logger ?? silentLogger;
+  let owned = false;
+  let pool: pg.Pool;
+  if (options.pool) {
+    pool = options.pool;
+  } else if (options.connectionString) {
+    if (!/^postgres(ql)?:\/\//.test(options.connectionString)) {
+      throw new ConfigError('databaseUrl', 'must be a postgres:// or postgresql:// URL, e.g. postgres://user@127.0.0.1:5432/app');
+    }
+    pool = new pg.Pool({ connectionString: options.connectionString, max: options.maxConnections ?? 4 });
+    owned = true;
+  } else {
+    throw new ConfigError('databaseUrl', 'is required: pass a pg Pool or a connection string (TXBOX_DATABASE_URL for the CLI)');
+  }
+  // An idle client that loses its server emits on the pool; without a handler the process would crash.
+  pool.on('error', (err) => logger.warn({ err: err.message }, 'txbox: idle database connection failed'));
+  const listeners = new Set<pg.Client>();
+
+  return {
+    query: async <R>(text: string, params?: unknown[]) => (await pool.query(text, params)) as unknown as { rows: R[] },
+    async transaction(fn) {
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        const result = await fn(client);
+        await client.query('COMMIT');
+        return result;
+      } catch (err) {
+        await client.query('ROLLBACK').catch(() => {});
+        throw err;
+      } finally {
+        client.release();
+      }
+    },
+    async listen(channel, onNotify) {
+      // A dedicated client: a pooled one would be handed to other queries.
+      let client: pg.Client | undefined;
+      let stopped = false;
+      let retry: NodeJS.Timeout | undefined;
+      const connect = async (): Promise<void> => {
+        const c = new pg.Client(pool.options);
+        c.on('notification', () => onNotify());
+        c.on('error', (err) => {
+          logger.warn({ err: err.message }, 'txbox: LISTEN connection lost; polling until it is back');
+          listeners.delete(c);
+          c.end().catch(() => {});
+          if (!stopped) retry = setTimeout(reconnect, 1000);
+        });
+        await c.connect();
+        await c.query(`LISTEN "${channel}"`);
+        listeners.add(c);
+        client = c;
+        onNotify(); // catch up on anything committed while not listening
+      };
+      const reconnect = (): void => {
+        connect().catch((err: Error) => {
+          logger.warn({ err: err.message }, 'txbox: LISTEN reconnect failed; will retry');
+          if (!stopped) retry = setTimeout(reconnect, 2000);
+        });
+      };
+      await connect();
+      return async () => {
+        stopped = true;
+        clearTimeout(retry);
+        if (client) {
+          listeners.delete(client);
+          await client.end().catch(() => {});
+        }
+      };
+    },
+    async close() {
+      for (const c of listeners) await c.end().catch(() => {});
+      listeners.clear();
+      if (owned) await pool.end();
+    },
+  };
+}

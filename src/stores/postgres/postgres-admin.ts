@@ -1,0 +1,240 @@
+import { ConfigError } from '../../core/errors.ts';
+import { uuidv7 } from '../../core/uuid.ts';
+import type { PostgresConnection } from './postgres-connection.ts';
+import { postgresNames, type PostgresNames, type PostgresNamesOptions } from './postgres-sql.ts';
+
+export interface DestinationStatus {
+  readonly destination: string;
+  readonly pending: number;
+  readonly backingOff: number;
+  readonly parked: number;
+  /** Age of the oldest pending event in seconds, or null with no pending event. */
+  readonly oldestPendingSeconds: number | null;
+}
+
+export interface RelayStatus {
+  readonly relayId: string;
+  readonly host: string;
+  readonly pid: number;
+  readonly alive: boolean;
+  readonly buckets: number;
+  readonly inFlight: number;
+  readonly publishedTotal: number;
+  readonly ratePerMinute: number;
+  readonly heartbeatAgeSeconds: number;
+}
+
+export interface OutboxStatus {
+  readonly destinations: DestinationStatus[];
+  readonly relays: RelayStatus[];
+  readonly inFlight: number;
+  /** Events published in the last 60 s (from retained rows, or relays' own counts with delete-on-publish). */
+  readonly publishedLastMinute: number;
+  readonly table: { readonly totalBytes: number; readonly liveRows: number; readonly deadRows: number; readonly lastAutovacuum: Date | null };
+}
+
+export interface ParkedEvent {
+  readonly seq: number;
+  readonly id: string;
+  readonly type: string;
+  readonly key: string;
+  readonly destination: string;
+  readonly attempts: number;
+  readonly lastError: string | null;
+  readonly parkedAt: Date;
+}
+
+/** Which parked events an action applies to: some ids, or all of them (optionally of one destination). */
+export type ParkedSelector = { readonly ids: readonly string[] } | { readonly all: true; readonly destination?: string };
+
+export interface ReplayFilter {
+  readonly from?: Date;
+  readonly to?: Date;
+  readonly key?: string;
+  readonly type?: string;
+  readonly destination?: string;
+}
+
+const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v));
+
+/** Operations on an outbox table: status, parked events, replay and retention. Used by the CLI. */
+export class PostgresAdmin {
+  readonly names: PostgresNames;
+
+  constructor(
+    private readonly db: PostgresConnection,
+    options: PostgresNamesOptions = {},
+  ) {
+    this.names = postgresNames(options);
+  }
+
+  async status(): Promise<OutboxStatus> {
+    const n = this.names;
+    const [dest, relays, recent, table] = await Promise.all([
+      this.db.query<Record<string, unknown>>(`SELECT destination,
+          count(*) FILTER (WHERE state = 'pending') AS pending,
+          count(*) FILTER (WHERE state = 'pending' AND next_attempt_at > now()) AS backing_off,
+          count(*) FILTER (WHERE state = 'parked') AS parked,
+          extract(epoch FROM now() - min(created_at) FILTER (WHERE state = 'pending')) AS oldest
+        FROM ${n.outbox} WHERE state IN ('pending', 'parked') GROUP BY destination ORDER BY destination`),
+      this.db.query<Record<string, unknown>>(`SELECT r.relay_id, r.host, r.pid, r.in_flight, r.published_total, r.rate_per_minute,
+          extract(epoch FROM now() - r.heartbeat_at) AS age,
+          (SELECT count(*) FROM ${n.buckets} b WHERE b.owner = r.relay_id AND b.lease_until > now()) AS buckets
+        FROM ${n.relays} r ORDER BY r.relay_id`),
+      this.db.query<{ c: string }>(`SELECT count(*) AS c FROM ${n.outbox} WHERE done_at > now() - interval '1 minute' AND state = 'published'`),
+      this.db.query<Record<string, unknown>>(`SELECT pg_total_relation_size(c.oid) AS bytes, s.n_live_tup, s.n_dead_tup, s.last_autovacuum
+        FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE c.oid = $1::regclass`, [n.outbox]),
+    ]);
+    const relayList: RelayStatus[] = relays.rows.map((r) => ({
+      relayId: String(r.relay_id),
+      host: String(r.host),
+      pid: num(r.pid),
+      alive: num(r.buckets) > 0 || num(r.age) < 60,
+      buckets: num(r.buckets),
+      inFlight: num(r.in_flight),
+      publishedTotal: num(r.published_total),
+      ratePerMinute: num(r.rate_per_minute),
+      heartbeatAgeSeconds: num(r.age),
+    }));
+    const alive = relayList.filter((r) => r.alive);
+    const t = table.rows[0] ?? {};
+    return {
+      destinations: dest.rows.map((r) => ({
+        destination: String(r.destination),
+        pending: num(r.pending),
+        backingOff: num(r.backing_off),
+        parked: num(r.parked),
+        oldestPendingSeconds: r.oldest === null ? null : num(r.oldest),
+      })),
+      relays: relayList,
+      inFlight: alive.reduce((s, r) => s + r.inFlight, 0),
+      publishedLastMinute: Math.max(num(recent.rows[0]?.c), alive.reduce((s, r) => s + r.ratePerMinute, 0)),
+      table: {
+        totalBytes: num(t.bytes),
+        liveRows: num(t.n_live_tup),
+        deadRows: num(t.n_dead_tup),
+        lastAutovacuum: (t.last_autovacuum as Date | null) ?? null,
+      },
+    };
+  }
+
+  async listParked(options: { destination?: string; limit?: number } = {}): Promise<ParkedEvent[]> {
+    const { rows } = await this.db.query<Record<string, unknown>>(
+      `SELECT seq, id, type, key, destination, attempts, last_error, parked_at FROM ${this.names.outbox}
+       WHERE state = 'parked' AND ($1::text IS NULL OR destination = $1) ORDER BY seq LIMIT $2`,
+      [options.destination ?? null, options.limit ?? 100],
+    );
+    return rows.map((r) => ({
+      seq: num(r.seq),
+      id: String(r.id),
+      type: String(r.type),
+      key: String(r.key),
+      destination: String(r.destination),
+      attempts: num(r.attempts),
+      lastError: (r.last_error as string | null) ?? null,
+      parkedAt: r.parked_at as Date,
+    }));
+  }
+
+  /** Makes parked events pending again with a fresh attempt count. Returns the ids changed. */
+  retryParked(selector: ParkedSelector, actor: string): Promise<string[]> {
+    return this.#parkedAction('retry', `UPDATE ${this.names.outbox} o SET state = 'pending', attempts = 0, next_attempt_at = NULL`, selector, actor);
+  }
+
+  /** Marks parked events as skipped: they will not be published and no longer hold their key. */
+  skipParked(selector: ParkedSelector, actor: string): Promise<string[]> {
+    return this.#parkedAction('skip', `UPDATE ${this.names.outbox} o SET state = 'skipped', done_at = now()`, selector, actor);
+  }
+
+  /** Deletes parked events. The audit table keeps their ids. */
+  discardParked(selector: ParkedSelector, actor: string): Promise<string[]> {
+    return this.#parkedAction('discard', `DELETE FROM ${this.names.outbox} o`, selector, actor);
+  }
+
+  async #parkedAction(action: string, head: string, selector: ParkedSelector, actor: string): Promise<string[]> {
+    const ids = 'ids' in selector ? [...selector.ids] : null;
+    const destination = 'all' in selector ? (selector.destination ?? null) : null;
+    if (ids !== null && ids.length === 0) throw new ConfigError('ids', 'name at least one event id, or choose all');
+    const { rows } = await this.db.query<{ id: string }>(
+      `WITH changed AS (
+         ${head} WHERE o.state = 'parked' AND ($1::uuid[] IS NULL OR o.id = ANY($1::uuid[]))
+           AND ($2::text IS NULL OR o.destination = $2)
+         RETURNING o.id, o.seq, o.last_error
+       ), audit AS (
+         INSERT INTO ${this.names.audit} (action, event_id, seq, actor, detail)
+         SELECT $3, id, seq, $4, last_error FROM changed
+       )
+       SELECT id FROM changed ORDER BY seq`,
+      [ids, destination, action, actor],
+    );
+    return rows.map((r) => r.id);
+  }
+
+  /**
+   * Re-publishes published events matching `filter` as new deliveries with
+   * their original ids, appended in their original order after whatever is
+   * pending. Works in chunks; `onProgress` is called after each.
+   */
+  async replay(filter: ReplayFilter, actor: string, onProgress?: (copied: number) => void, chunk = 5000): Promise<{ replayId: string; copied: number }> {
+    const replayId = uuidv7();
+    const n = this.names;
+    let after = 0;
+    let copied = 0;
+    for (;;) {
+      const { rows } = await this.db.query<{ copied: number; last: string | null }>(
+        `WITH src AS (
+           SELECT * FROM ${n.outbox}
+           WHERE state = 'published' AND replay_id IS NULL AND seq > $1
+             AND ($2::timestamptz IS NULL OR occurred_at >= $2) AND ($3::timestamptz IS NULL OR occurred_at < $3)
+             AND ($4::text IS NULL OR key = $4) AND ($5::text IS NULL OR type = $5) AND ($6::text IS NULL OR destination = $6)
+           ORDER BY seq LIMIT $7
+         ), ins AS (
+           INSERT INTO ${n.outbox} (id, type, aggregate_type, aggregate_id, key, destination, payload, headers, occurred_at, version, replay_id)
+           SELECT id, type, aggregate_type, aggregate_id, key, destination, payload,
+                  headers || jsonb_build_object('txbox-replay-id', $8::text), occurred_at, version, $8::uuid
+           FROM src ORDER BY seq
+           RETURNING 1
+         )
+         SELECT (SELECT count(*) FROM ins)::int AS copied, (SELECT max(seq) FROM src)::text AS last`,
+        [after, filter.from ?? null, filter.to ?? null, filter.key ?? null, filter.type ?? null, filter.destination ?? null, chunk, replayId],
+      );
+      const r = rows[0]!;
+      copied += r.copied;
+      if (r.copied > 0) onProgress?.(copied);
+      if (r.last === null || r.copied < chunk) break;
+      after = Number(r.last);
+    }
+    await this.db.query(`INSERT INTO ${n.audit} (action, actor, detail) VALUES ('replay', $1, $2)`, [
+      actor,
+      JSON.stringify({ replayId, copied, ...filter }),
+    ]);
+    return { replayId, copied };
+  }
+
+  /** Deletes published and skipped rows older than `olderThanMs`, `batchSize` rows per statement. Never touches pending or parked rows. */
+  async prune(olderThanMs: number, batchSize = 5000, onProgress?: (deleted: number) => void): Promise<number> {
+    let deleted = 0;
+    for (;;) {
+      const n = await pruneOnce(this.db, this.names, olderThanMs, batchSize);
+      deleted += n;
+      if (n > 0) onProgress?.(deleted);
+      if (n < batchSize) return deleted;
+    }
+  }
+}
+
+/** One bounded retention batch; SKIP LOCKED so that several relays pruning at once do not wait on each other. */
+export async function pruneOnce(db: PostgresConnection, n: PostgresNames, olderThanMs: number, batchSize: number): Promise<number> {
+  const { rows } = await db.query<{ deleted: number }>(
+    `WITH doomed AS (
+       SELECT seq FROM ${n.outbox}
+       WHERE done_at < now() - $1 * interval '1 millisecond' AND state IN ('published', 'skipped')
+       ORDER BY done_at LIMIT $2 FOR UPDATE SKIP LOCKED
+     ), gone AS (
+       DELETE FROM ${n.outbox} o USING doomed d WHERE o.seq = d.seq RETURNING 1
+     )
+     SELECT count(*)::int AS deleted FROM gone`,
+    [olderThanMs, batchSize],
+  );
+  return rows[0]!.deleted;
+}

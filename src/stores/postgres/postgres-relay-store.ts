@@ -1,0 +1,180 @@
+import type { StoredEvent } from '../../core/envelope.ts';
+import type { BucketLease, ClaimOptions, Completion, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
+import type { PostgresConnection } from './postgres-connection.ts';
+import {
+  claimSql,
+  completeSql,
+  heartbeatSql,
+  leaseSql,
+  postgresNames,
+  releaseSql,
+  type PostgresNames,
+  type PostgresNamesOptions,
+} from './postgres-sql.ts';
+
+export interface PostgresRelayStoreOptions extends PostgresNamesOptions {
+  /** The database handle the relay uses (not the app's transaction). */
+  readonly connection: PostgresConnection;
+  /**
+   * Delete rows when they are published instead of keeping them for
+   * `txbox replay` until retention removes them. Default: false.
+   */
+  readonly deleteOnPublish?: boolean;
+}
+
+interface EventRow {
+  seq: string;
+  id: string;
+  type: string;
+  aggregate_type: string;
+  aggregate_id: string;
+  key: string;
+  bucket: number;
+  destination: string;
+  payload: unknown;
+  headers: Record<string, string>;
+  occurred_at: Date | string;
+  version: string | number | null;
+  attempts: number;
+}
+
+export function rowToEvent(r: EventRow): StoredEvent {
+  return {
+    seq: Number(r.seq),
+    id: r.id,
+    type: r.type,
+    aggregateType: r.aggregate_type,
+    aggregateId: r.aggregate_id,
+    key: r.key,
+    bucket: r.bucket,
+    destination: r.destination,
+    payload: r.payload,
+    headers: r.headers,
+    occurredAt: r.occurred_at instanceof Date ? r.occurred_at : new Date(r.occurred_at),
+    version: r.version === null ? null : Number(r.version),
+    attempts: r.attempts,
+  };
+}
+
+const OUTCOME_CODE = { published: 0, retry: 1, park: 2 } as const;
+
+/** The relay side of a PostgreSQL or PGlite outbox table. */
+export class PostgresRelayStore implements RelayStore {
+  readonly names: PostgresNames;
+  readonly #db: PostgresConnection;
+  readonly #sql: { heartbeat: string; lease: string; release: string; claim: string; complete: string };
+  readonly #waiters = new Set<() => void>();
+  #unlisten: (() => Promise<void>) | undefined;
+  #listening: Promise<void> | undefined;
+  #notified = false;
+
+  constructor(options: PostgresRelayStoreOptions) {
+    this.names = postgresNames(options);
+    this.#db = options.connection;
+    this.#sql = {
+      heartbeat: heartbeatSql(this.names),
+      lease: leaseSql(this.names),
+      release: releaseSql(this.names),
+      claim: claimSql(this.names),
+      complete: completeSql(this.names, options.deleteOnPublish ?? false),
+    };
+  }
+
+  async heartbeat(relay: RelayHeartbeat, ttlMs: number) {
+    const { rows } = await this.#db.query<{ live: number; bucket_count: number }>(this.#sql.heartbeat, [
+      relay.relayId,
+      relay.host,
+      relay.pid,
+      relay.inFlight,
+      relay.publishedTotal,
+      relay.ratePerMinute,
+      ttlMs,
+    ]);
+    return { liveRelays: rows[0]!.live, bucketCount: rows[0]!.bucket_count };
+  }
+
+  async lease(relayId: string, held: readonly BucketLease[], acquire: number, ttlMs: number): Promise<BucketLease[]> {
+    const { rows } = await this.#db.query<{ bucket: number; token: string }>(this.#sql.lease, [
+      relayId,
+      held.map((l) => l.bucket),
+      held.map((l) => l.token),
+      ttlMs,
+      Math.max(0, acquire),
+    ]);
+    return rows.map((r) => ({ bucket: r.bucket, token: r.token }));
+  }
+
+  async release(relayId: string, leases: readonly BucketLease[]): Promise<void> {
+    if (leases.length === 0) return;
+    await this.#db.query(this.#sql.release, [relayId, leases.map((l) => l.bucket), leases.map((l) => l.token)]);
+  }
+
+  async claim(leases: readonly BucketLease[], options: ClaimOptions): Promise<StoredEvent[]> {
+    if (leases.length === 0) return [];
+    const { rows } = await this.#db.query<EventRow>(this.#sql.claim, [
+      leases.map((l) => l.bucket),
+      options.limit,
+      options.skipParkedDestinations,
+    ]);
+    return rows.map(rowToEvent);
+  }
+
+  async complete(relayId: string, completions: readonly Completion[]) {
+    if (completions.length === 0) return { applied: 0, rejected: 0 };
+    const seqs: number[] = [];
+    const tokens: string[] = [];
+    const outcomes: number[] = [];
+    const delays: number[] = [];
+    const errors: (string | null)[] = [];
+    for (const c of completions) {
+      seqs.push(c.seq);
+      tokens.push(c.token);
+      outcomes.push(OUTCOME_CODE[c.outcome]);
+      delays.push(c.outcome === 'retry' ? Math.min(c.delayMs, 2 ** 31 - 1) : 0);
+      errors.push(c.outcome === 'published' ? null : c.error.slice(0, 2000));
+    }
+    const { rows } = await this.#db.query<{ applied: number }>(this.#sql.complete, [relayId, seqs, tokens, outcomes, delays, errors]);
+    const applied = rows[0]!.applied;
+    return { applied, rejected: completions.length - applied };
+  }
+
+  async waitForEvents(timeoutMs: number, signal: AbortSignal): Promise<void> {
+    this.#listening ??= this.#db
+      .listen(this.names.channel, () => {
+        if (this.#waiters.size === 0) this.#notified = true;
+        for (const wake of this.#waiters) wake();
+      })
+      .then((unlisten) => {
+        this.#unlisten = unlisten;
+      });
+    try {
+      await this.#listening;
+    } catch {
+      this.#listening = undefined; // LISTEN unavailable now: fall back to polling, retry next time
+    }
+    if (this.#notified) {
+      this.#notified = false;
+      return;
+    }
+    if (signal.aborted) return;
+    await new Promise<void>((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', done);
+        this.#waiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, timeoutMs);
+      signal.addEventListener('abort', done, { once: true });
+      this.#waiters.add(done);
+    });
+  }
+
+  async close(): Promise<void> {
+    for (const wake of this.#waiters) wake();
+    await this.#listening?.catch(() => {});
+    await this.#unlisten?.();
+    this.#unlisten = undefined;
+    this.#listening = undefined;
+  }
+}

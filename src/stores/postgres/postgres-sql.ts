@@ -1,0 +1,173 @@
+/**
+ * Every SQL statement of the PostgreSQL backend (also used by PGlite), one
+ * function each, as reviewable text. Names are validated and quoted by
+ * `postgresNames` before they reach any statement.
+ */
+import { checkIdentifier, MAX_TABLE_NAME_LENGTH, quoteIdent } from '../../core/identifiers.ts';
+
+export interface PostgresNamesOptions {
+  /** Schema of the outbox tables. Default: `txbox`. */
+  readonly schema?: string;
+  /** Name of the outbox table; companion tables get it as a prefix. Default: `outbox`. */
+  readonly table?: string;
+}
+
+export interface PostgresNames {
+  readonly schema: string;
+  readonly table: string;
+  /** Quoted, schema-qualified names. */
+  readonly outbox: string;
+  readonly buckets: string;
+  readonly relays: string;
+  readonly audit: string;
+  readonly migrations: string;
+  readonly fenceSeq: string;
+  /** The LISTEN/NOTIFY channel. */
+  readonly channel: string;
+  /** Suffixed, quoted table name for migration templates. */
+  suffixed(suffix: string): string;
+}
+
+export function postgresNames(options: PostgresNamesOptions = {}, field = ''): PostgresNames {
+  const schema = checkIdentifier(`${field}schema`, options.schema ?? 'txbox');
+  const table = checkIdentifier(`${field}table`, options.table ?? 'outbox', MAX_TABLE_NAME_LENGTH);
+  const q = (suffix: string): string => `${quoteIdent(schema)}.${quoteIdent(table + suffix)}`;
+  const long = `txbox_${schema}_${table}`;
+  return Object.freeze({
+    schema,
+    table,
+    outbox: q(''),
+    buckets: q('_buckets'),
+    relays: q('_relays'),
+    audit: q('_audit'),
+    migrations: q('_migrations'),
+    fenceSeq: q('_fence_seq'),
+    channel: long.length <= 63 ? long : `txbox_${table}`,
+    suffixed: (suffix: string) => quoteIdent(checkIdentifier('migration suffix', table + suffix)),
+  });
+}
+
+const EVENT_COLUMNS = `o.seq, o.id, o.type, o.aggregate_type, o.aggregate_id, o.key, o.bucket, o.destination,
+  o.payload, o.headers, o.occurred_at, o.version, o.attempts`;
+
+export { EVENT_COLUMNS };
+
+/** $1: JSON array of events. One statement; with `notify`, one notification per statement (deduplicated per transaction). */
+export function insertEventsSql(n: PostgresNames, notify: boolean): string {
+  const insert = `INSERT INTO ${n.outbox} (id, type, aggregate_type, aggregate_id, key, destination, payload, headers, occurred_at, version)
+  SELECT (e->>'id')::uuid, e->>'type', e->>'aggregateType', e->>'aggregateId', e->>'key', e->>'destination',
+         e->'payload', e->'headers', (e->>'occurredAt')::timestamptz, (e->>'version')::bigint
+  FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS x(e, n)
+  ORDER BY n`;
+  if (!notify) return insert;
+  return `WITH ins AS (${insert} RETURNING 1)
+, notified AS (SELECT pg_notify('${n.channel}', '') FROM (SELECT 1 FROM ins LIMIT 1) AS any_row)
+SELECT (SELECT count(*) FROM notified)::int AS notified`;
+}
+
+/** $1 relay id, $2 host, $3 pid, $4 in flight, $5 published total, $6 rate, $7 ttl ms. */
+export function heartbeatSql(n: PostgresNames): string {
+  return `WITH up AS (
+  INSERT INTO ${n.relays} AS r (relay_id, host, pid, in_flight, published_total, rate_per_minute)
+  VALUES ($1, $2, $3, $4, $5, $6)
+  ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = now(), in_flight = EXCLUDED.in_flight,
+    published_total = EXCLUDED.published_total, rate_per_minute = EXCLUDED.rate_per_minute
+  RETURNING 1
+), gone AS (
+  DELETE FROM ${n.relays} WHERE heartbeat_at < now() - interval '1 day'
+)
+SELECT 1 + (SELECT count(*) FROM ${n.relays}
+            WHERE relay_id <> $1 AND heartbeat_at > now() - $7 * interval '1 millisecond')::int AS live,
+       (SELECT count(*) FROM ${n.buckets})::int AS bucket_count,
+       (SELECT count(*) FROM up)::int AS up`;
+}
+
+/** $1 relay id, $2 held buckets, $3 held tokens, $4 ttl ms, $5 how many to acquire. */
+export function leaseSql(n: PostgresNames): string {
+  return `WITH renewed AS (
+  UPDATE ${n.buckets} b SET lease_until = now() + $4 * interval '1 millisecond'
+  FROM unnest($2::smallint[], $3::bigint[]) AS h(bucket, token)
+  WHERE b.bucket = h.bucket AND b.token = h.token AND b.owner = $1 AND b.lease_until > now()
+  RETURNING b.bucket, b.token
+), candidates AS (
+  SELECT bucket FROM ${n.buckets}
+  WHERE lease_until IS NULL OR lease_until <= now()
+  ORDER BY random()
+  LIMIT $5
+  FOR UPDATE SKIP LOCKED
+), acquired AS (
+  UPDATE ${n.buckets} b SET owner = $1, token = nextval('${n.fenceSeq}'),
+    lease_until = now() + $4 * interval '1 millisecond'
+  FROM candidates c WHERE b.bucket = c.bucket
+  RETURNING b.bucket, b.token
+)
+SELECT bucket, token::text AS token FROM renewed
+UNION ALL
+SELECT bucket, token::text AS token FROM acquired`;
+}
+
+/** $1 relay id, $2 buckets, $3 tokens. */
+export function releaseSql(n: PostgresNames): string {
+  return `UPDATE ${n.buckets} b SET owner = NULL, lease_until = NULL
+FROM unnest($2::smallint[], $3::bigint[]) AS h(bucket, token)
+WHERE b.bucket = h.bucket AND b.token = h.token AND b.owner = $1`;
+}
+
+/**
+ * $1 buckets, $2 limit, $3 destinations whose parked events do not block.
+ * Claims by state, never by "after the highest seq seen" (commit-order gaps).
+ */
+export function claimSql(n: PostgresNames): string {
+  return `SELECT ${EVENT_COLUMNS}
+FROM ${n.outbox} o
+WHERE o.state = 'pending'
+  AND o.bucket = ANY($1::smallint[])
+  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
+  AND NOT EXISTS (
+    SELECT 1 FROM ${n.outbox} p
+    WHERE p.key = o.key AND p.seq < o.seq AND p.state IN ('pending', 'parked')
+      AND ((p.state = 'pending' AND p.next_attempt_at > now())
+        OR (p.state = 'parked' AND p.destination <> ALL($3::text[])))
+  )
+ORDER BY o.seq
+LIMIT $2`;
+}
+
+/**
+ * $1 relay id, $2 seqs, $3 tokens, $4 outcomes (0 published, 1 retry, 2 park),
+ * $5 retry delays ms, $6 errors. Fenced: applies only rows whose bucket the
+ * relay still holds under the same token, with the lease unexpired by the
+ * database clock; the lease rows are share-locked so that no other relay can
+ * take them over while this statement runs.
+ */
+export function completeSql(n: PostgresNames, deleteOnPublish: boolean): string {
+  const published = deleteOnPublish
+    ? `DELETE FROM ${n.outbox} o USING input i, fence f
+  WHERE i.outcome = 0 AND o.seq = i.seq AND f.token = i.token AND o.bucket = f.bucket AND o.state = 'pending'
+  RETURNING 1`
+    : `UPDATE ${n.outbox} o SET state = 'published', done_at = now(), attempts = o.attempts + 1, next_attempt_at = NULL
+  FROM input i, fence f
+  WHERE i.outcome = 0 AND o.seq = i.seq AND f.token = i.token AND o.bucket = f.bucket AND o.state = 'pending'
+  RETURNING 1`;
+  return `WITH input AS (
+  SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::smallint[], $5::integer[], $6::text[])
+    AS i(seq, token, outcome, delay_ms, error)
+), fence AS (
+  SELECT b.bucket, b.token FROM ${n.buckets} b
+  WHERE b.owner = $1 AND b.lease_until > now() AND b.token IN (SELECT token FROM input)
+  FOR SHARE
+), published AS (
+  ${published}
+), failed AS (
+  UPDATE ${n.outbox} o SET
+    state = CASE WHEN i.outcome = 2 THEN 'parked' ELSE 'pending' END,
+    attempts = o.attempts + 1,
+    last_error = i.error,
+    next_attempt_at = CASE WHEN i.outcome = 1 THEN now() + i.delay_ms * interval '1 millisecond' END,
+    parked_at = CASE WHEN i.outcome = 2 THEN now() ELSE o.parked_at END
+  FROM input i, fence f
+  WHERE i.outcome <> 0 AND o.seq = i.seq AND f.token = i.token AND o.bucket = f.bucket AND o.state = 'pending'
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM published)::int + (SELECT count(*) FROM failed)::int AS applied`;
+}
