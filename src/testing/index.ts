@@ -1,0 +1,3 @@
+/** Test helpers for users and for txbox's own suites. */
+export { RecordingTransport, type RecordingTransportOptions, type FailureRule } from './recording-transport.ts';
+export { checkDeliveries, type DeliveryReport, type Delivered } from './order-check.ts';

@@ -1,0 +1,176 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { createOutbox, createRelay, defineEvent, payloadType, TransportError, type Outbox } from 'txbox';
+import { PostgresOutboxStore, PostgresRelayStore } from 'txbox/postgres';
+import { RecordingTransport, checkDeliveries } from 'txbox/testing';
+import { BACKENDS, openDb, type TestDb } from '../helpers/databases.ts';
+import { waitFor } from '../helpers/wait.ts';
+
+const OrderCreated = defineEvent({
+  type: 'OrderCreated',
+  aggregateType: 'Order',
+  destination: 'orders',
+  payload: payloadType<{ n: number }>(),
+});
+const Poison = defineEvent({ type: 'Poison', aggregateType: 'Order', destination: 'poison', payload: payloadType<{ n: number }>() });
+
+function setup(db: TestDb): Outbox {
+  return createOutbox({ store: new PostgresOutboxStore({ schema: db.schema }), events: [OrderCreated, Poison] });
+}
+
+function relayFor(db: TestDb, transport: RecordingTransport, extra: Partial<Parameters<typeof createRelay>[0]> = {}) {
+  return createRelay({
+    store: new PostgresRelayStore({ schema: db.schema, connection: db.connection }),
+    transport,
+    pollIntervalMs: 50,
+    leaseTtlMs: 3000,
+    retry: { baseDelayMs: 20, maxDelayMs: 100, maxAttempts: 4 },
+    ...extra,
+  });
+}
+
+/** Enqueues `perKey` events for each of `keys` aggregates, one transaction per event; returns key -> ids. */
+async function produce(db: TestDb, outbox: Outbox, keys: number, perKey: number): Promise<Map<string, string[]>> {
+  const committed = new Map<string, string[]>();
+  for (let i = 0; i < perKey; i++) {
+    await db.transaction(async (tx) => {
+      const events = Array.from({ length: keys }, (_, k) => OrderCreated({ aggregateId: k, payload: { n: i }, version: i + 1 }));
+      const ids = await outbox.enqueue(tx, events);
+      ids.forEach((id, k) => {
+        const key = `Order:${k}`;
+        committed.set(key, [...(committed.get(key) ?? []), id]);
+      });
+    });
+  }
+  return committed;
+}
+
+for (const kind of BACKENDS) {
+  describe(`relay on ${kind}`, () => {
+    let db: TestDb;
+    before(async () => {
+      db = await openDb(kind);
+    });
+    after(async () => {
+      await db.close();
+    });
+
+    it('publishes every committed event once, in per-key order, and nothing rolled back', async () => {
+      await db.query(`TRUNCATE "${db.schema}".outbox`);
+      const outbox = setup(db);
+      const committed = await produce(db, outbox, 20, 25);
+      await assert.rejects(
+        db.transaction(async (tx) => {
+          await outbox.enqueue(tx, OrderCreated({ aggregateId: 'rolled-back', payload: { n: 1 } }));
+          throw new Error('business rule failed');
+        }),
+        /business rule failed/,
+      );
+      const transport = new RecordingTransport();
+      const relay = relayFor(db, transport, { batchSize: 37 });
+      await relay.start();
+      await waitFor('all published', () => transport.acked.length >= 500);
+      await relay.stop();
+      const report = checkDeliveries(committed, transport.acked);
+      assert.deepEqual(report, { committed: 500, delivered: 500, lost: 0, phantom: 0, duplicates: 0, orderViolations: 0 });
+      assert.equal(transport.contractViolation, undefined);
+      const [row] = await db.query<{ pending: number; published: number }>(
+        `SELECT count(*) FILTER (WHERE state = 'pending')::int AS pending, count(*) FILTER (WHERE state = 'published')::int AS published FROM "${db.schema}".outbox`,
+      );
+      assert.deepEqual(row, { pending: 0, published: 500 });
+    });
+
+    it('retries with backoff, keeps the key in order, and parks after max attempts while other keys drain', async () => {
+      await db.query(`TRUNCATE "${db.schema}".outbox`);
+      const outbox = setup(db);
+      const committed = new Map<string, string[]>();
+      // Key Order:poison: its first event fails forever; 99 other keys flow.
+      await db.transaction(async (tx) => {
+        const events = [];
+        for (let round = 0; round < 3; round++) {
+          for (let k = 0; k < 100; k++) events.push(OrderCreated({ aggregateId: k === 0 ? 'poison' : k, payload: { n: round } }));
+        }
+        const ids = await outbox.enqueue(tx, events);
+        events.forEach((e, i) => {
+          const key = `Order:${e.aggregateId}`;
+          committed.set(key, [...(committed.get(key) ?? []), ids[i]!]);
+        });
+      });
+      const poisonHead = committed.get('Order:poison')![0]!;
+      // Every key also fails its first attempt once, retriably.
+      const transport = new RecordingTransport({
+        fail: (e, attempt) =>
+          e.id === poisonHead ? new TransportError('retriable', 'HTTP 503') : attempt === 1 ? new TransportError('retriable', 'timeout') : undefined,
+      });
+      const relay = relayFor(db, transport);
+      const parked: string[] = [];
+      relay.on('parked', (e) => parked.push(e.id));
+      await relay.start();
+      await waitFor('99 keys drained and poison parked', () => transport.acked.length >= 297 && parked.length === 1);
+      await new Promise((r) => setTimeout(r, 300)); // the poison key must stay held
+      await relay.stop();
+      assert.deepEqual(parked, [poisonHead]);
+      assert.equal(transport.attempts.get(poisonHead), 4);
+      assert.equal(transport.acked.filter((e) => e.key === 'Order:poison').length, 0, 'a parked event holds its key');
+      const others = new Map([...committed].filter(([k]) => k !== 'Order:poison'));
+      const report = checkDeliveries(others, transport.acked);
+      assert.equal(report.lost, 0);
+      assert.equal(report.orderViolations, 0);
+      const [row] = await db.query<{ attempts: number; last_error: string; state: string }>(
+        `SELECT attempts, last_error, state FROM "${db.schema}".outbox WHERE id = $1`,
+        [poisonHead],
+      );
+      assert.equal(row!.state, 'parked');
+      assert.equal(row!.attempts, 4);
+      assert.match(row!.last_error, /gave up after 4 attempts; last error retriable: HTTP 503/);
+    });
+
+    it('parks a permanent failure at once, and with skipParkedDestinations lets its key go on', async () => {
+      await db.query(`TRUNCATE "${db.schema}".outbox`);
+      const outbox = setup(db);
+      let ids: string[] = [];
+      await db.transaction(async (tx) => {
+        ids = await outbox.enqueue(tx, [
+          Poison({ aggregateId: 1, payload: { n: 0 } }),
+          OrderCreated({ aggregateId: 1, payload: { n: 1 } }),
+        ]);
+      });
+      const transport = new RecordingTransport({
+        fail: (e) => (e.destination === 'poison' ? new TransportError('permanent', 'HTTP 400 bad request') : undefined),
+      });
+      const held = relayFor(db, transport);
+      await held.start();
+      await waitFor('parked', async () => (await db.query(`SELECT 1 FROM "${db.schema}".outbox WHERE state = 'parked'`)).length === 1);
+      await new Promise((r) => setTimeout(r, 200));
+      await held.stop();
+      assert.equal(transport.attempts.get(ids[0]!), 1, 'permanent errors are not retried');
+      assert.equal(transport.acked.length, 0, 'the key is held behind its parked event');
+
+      const skipping = relayFor(db, transport, { skipParkedDestinations: ['poison'] });
+      await skipping.start();
+      await waitFor('second event published', () => transport.acked.length === 1);
+      await skipping.stop();
+      assert.equal(transport.acked[0]!.id, ids[1]);
+    });
+
+    it('stops gracefully: in-flight batch finishes and leases are released', async () => {
+      await db.query(`TRUNCATE "${db.schema}".outbox`);
+      const outbox = setup(db);
+      await produce(db, outbox, 10, 1);
+      const transport = new RecordingTransport({ latencyMs: 300 });
+      const relay = relayFor(db, transport);
+      await relay.start();
+      await waitFor('a call in flight', () => transport.calls.length > 0);
+      await relay.stop();
+      const sent = transport.calls.reduce((a, b) => a + b, 0);
+      assert.ok(transport.acked.length > 0);
+      assert.equal(transport.acked.length, sent, 'every in-flight publish finished');
+      const [row] = await db.query<{ published: number; pending: number; owned: number }>(
+        `SELECT (SELECT count(*) FROM "${db.schema}".outbox WHERE state = 'published')::int AS published,
+                (SELECT count(*) FROM "${db.schema}".outbox WHERE state = 'pending')::int AS pending,
+                (SELECT count(*) FROM "${db.schema}".outbox_buckets WHERE owner IS NOT NULL)::int AS owned`,
+      );
+      assert.deepEqual(row, { published: sent, pending: 10 - sent, owned: 0 }, 'acked work is marked, the rest stays pending');
+    });
+  });
+}
