@@ -36,8 +36,9 @@ CREATE TABLE IF NOT EXISTS {{schema}}.{{table}} (
 CREATE UNIQUE INDEX IF NOT EXISTS {{table:_id_key}} ON {{schema}}.{{table}} (id) WHERE replay_id IS NULL;
 -- The claim scan: open rows in outbox order.
 CREATE INDEX IF NOT EXISTS {{table:_open_seq_idx}} ON {{schema}}.{{table}} (seq) WHERE state IN ('pending', 'parked');
--- "Is an earlier event of this key blocked?" probes.
-CREATE INDEX IF NOT EXISTS {{table:_open_key_idx}} ON {{schema}}.{{table}} (key, seq) WHERE state IN ('pending', 'parked');
+-- "Is an earlier event of this key blocked?" probes: only parked and backing-off rows, normally none.
+CREATE INDEX IF NOT EXISTS {{table:_blocked_key_idx}} ON {{schema}}.{{table}} (key, seq)
+  WHERE state = 'parked' OR (state = 'pending' AND next_attempt_at IS NOT NULL);
 -- Retention: oldest finished rows first.
 CREATE INDEX IF NOT EXISTS {{table:_done_idx}} ON {{schema}}.{{table}} (done_at) WHERE done_at IS NOT NULL;
 
@@ -72,3 +73,31 @@ CREATE TABLE IF NOT EXISTS {{schema}}.{{table:_audit}} (
   actor    text NOT NULL,
   detail   text
 );
+
+-- The claim: publishable events of the given buckets, in outbox order.
+-- Claims by state, never by "after the highest seq seen", so a transaction
+-- that commits late with a lower seq is still found (commit-order gaps).
+-- An event is publishable when no earlier event of its key is backing off or
+-- parked (unless its destination is in p_skip). The SET clauses pin the plan
+-- to an ordered scan of the open rows that stops after p_limit hits: without
+-- fresh statistics (a new table, or PGlite, which has no autovacuum) the
+-- planner would otherwise sort the whole backlog on every claim.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table:_claim}}(p_buckets smallint[], p_limit integer, p_skip text[])
+RETURNS SETOF {{schema}}.{{table}}
+LANGUAGE sql STABLE
+SET enable_sort = off
+SET enable_bitmapscan = off
+AS $fn$
+  SELECT o.* FROM {{schema}}.{{table}} o
+  WHERE o.state = 'pending'
+    AND o.bucket = ANY(p_buckets)
+    AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
+    AND NOT EXISTS (
+      SELECT 1 FROM {{schema}}.{{table}} p
+      WHERE p.key = o.key AND p.seq < o.seq
+        AND (p.state = 'parked' OR (p.state = 'pending' AND p.next_attempt_at IS NOT NULL))
+        AND ((p.state = 'pending' AND p.next_attempt_at > now())
+          OR (p.state = 'parked' AND p.destination <> ALL(p_skip))))
+  ORDER BY o.seq
+  LIMIT p_limit
+$fn$;

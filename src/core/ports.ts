@@ -103,6 +103,11 @@ export interface RelayStore {
    * `timeoutMs`, whichever comes first, or at once when `signal` aborts.
    */
   waitForEvents(timeoutMs: number, signal: AbortSignal): Promise<void>;
+  /**
+   * Optional: deletes up to `limit` published or skipped rows finished more
+   * than `olderThanMs` ago (never pending or parked ones). Returns how many.
+   */
+  prune?(olderThanMs: number, limit: number): Promise<number>;
   /** Releases connections the store opened itself. */
   close(): Promise<void>;
 }

@@ -29,8 +29,27 @@ export interface RelayOptions {
   readonly publishTimeoutMs?: number;
   /** How long `stop()` lets in-flight batches finish before aborting them. Default: 10000 ms. */
   readonly stopTimeoutMs?: number;
+  /**
+   * Removes published rows older than `keepPublishedMs` in batches of
+   * `batchSize` every `intervalMs`. `false` turns it off (use it with the
+   * store's `deleteOnPublish`, or prune from a job). Default:
+   * `{ keepPublishedMs: 86400000 (1 day), intervalMs: 60000, batchSize: 5000 }`.
+   */
+  readonly retention?: RetentionOptions | false;
   /** A pino-compatible logger. Default: silent. */
   readonly logger?: Logger;
+}
+
+export interface RetentionOptions {
+  readonly keepPublishedMs?: number;
+  readonly intervalMs?: number;
+  readonly batchSize?: number;
+}
+
+export interface ResolvedRetentionOptions {
+  readonly keepPublishedMs: number;
+  readonly intervalMs: number;
+  readonly batchSize: number;
 }
 
 export interface ResolvedRelayOptions {
@@ -45,6 +64,7 @@ export interface ResolvedRelayOptions {
   readonly skipParkedDestinations: readonly string[];
   readonly publishTimeoutMs: number;
   readonly stopTimeoutMs: number;
+  readonly retention: ResolvedRetentionOptions | false;
   readonly logger: Logger;
 }
 
@@ -84,6 +104,17 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     skipParkedDestinations: Object.freeze([...skip]),
     publishTimeoutMs: int('publishTimeoutMs', options.publishTimeoutMs, 30_000, 1, 3_600_000),
     stopTimeoutMs: int('stopTimeoutMs', options.stopTimeoutMs, 10_000, 0, 3_600_000),
+    retention: resolveRetention(options.retention),
     logger: options.logger ?? silentLogger,
+  });
+}
+
+function resolveRetention(r: RetentionOptions | false | undefined): ResolvedRetentionOptions | false {
+  if (r === false) return false;
+  if (r !== undefined && (r === null || typeof r !== 'object')) throw new ConfigError('retention', 'must be an object or false');
+  return Object.freeze({
+    keepPublishedMs: int('retention.keepPublishedMs', r?.keepPublishedMs, 86_400_000, 0, 2 ** 31 - 1),
+    intervalMs: int('retention.intervalMs', r?.intervalMs, 60_000, 100, 86_400_000),
+    batchSize: int('retention.batchSize', r?.batchSize, 5000, 1, 100_000),
   });
 }

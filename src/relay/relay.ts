@@ -25,7 +25,9 @@ export interface RelayEvents {
   parked: { readonly id: string; readonly type: string; readonly keyHash: string; readonly attempts: number; readonly error: string };
   /** Completions the database refused because this relay's lease had expired or moved. */
   fenced: { readonly lane: number; readonly rejected: number };
-  error: { readonly phase: 'lease' | 'claim' | 'complete'; readonly error: Error };
+  /** Published rows removed by retention. */
+  pruned: { readonly deleted: number };
+  error: { readonly phase: 'lease' | 'claim' | 'complete' | 'retention'; readonly error: Error };
 }
 
 /**
@@ -49,6 +51,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
   #inFlight = 0;
   #publishedTotal = 0;
   #stopping: Promise<void> | undefined;
+  #crashed = false;
 
   constructor(options: RelayOptions) {
     super();
@@ -73,7 +76,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     this.#stopNow = new AbortController();
     await this.options.transport.start?.(this.#stopNow.signal);
     await this.#tickLeases();
-    this.#loops = [this.#leaseLoop()];
+    this.#loops = [this.#leaseLoop(), this.#retentionLoop()];
     for (let lane = 0; lane < this.options.lanes; lane++) this.#loops.push(this.#laneLoop(lane));
     this.emit('started', { relayId: this.relayId });
   }
@@ -86,6 +89,22 @@ export class Relay extends TypedEmitter<RelayEvents> {
   stop(): Promise<void> {
     this.#stopping ??= this.#stop();
     return this.#stopping;
+  }
+
+  /**
+   * Stops at once, as a crash would: in-flight publishes are aborted and
+   * nothing more is marked; leases are not released and expire by
+   * themselves. Events in flight are published again by the next relay
+   * (at-least-once). For chaos tests and demos; use `stop()` otherwise.
+   */
+  async abort(): Promise<void> {
+    this.#crashed = true;
+    this.#stopNow.abort();
+    this.#stopClaiming.abort();
+    this.#state = 'stopping';
+    await Promise.allSettled(this.#loops);
+    await this.options.store.close().catch(() => {});
+    await this.options.transport.close().catch(() => {});
   }
 
   async #stop(): Promise<void> {
@@ -128,6 +147,27 @@ export class Relay extends TypedEmitter<RelayEvents> {
       } catch (err) {
         this.emit('error', { phase: 'lease', error: err as Error });
       }
+    }
+  }
+
+  async #retentionLoop(): Promise<void> {
+    const { retention, store } = this.options;
+    if (!retention || !store.prune) return;
+    const signal = this.#stopClaiming.signal;
+    while (!signal.aborted) {
+      await sleep(retention.intervalMs, undefined, { signal }).catch(() => {});
+      let deleted = 0;
+      try {
+        for (;;) {
+          if (signal.aborted) break;
+          const n = await store.prune(retention.keepPublishedMs, retention.batchSize);
+          deleted += n;
+          if (n < retention.batchSize) break;
+        }
+      } catch (err) {
+        this.emit('error', { phase: 'retention', error: err as Error });
+      }
+      if (deleted > 0) this.emit('pruned', { deleted });
     }
   }
 
@@ -180,6 +220,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
   async #complete(lane: number, claimed: number, completions: Completion[], started: number): Promise<void> {
     let attempt = 0;
     for (;;) {
+      if (this.#crashed) return;
       try {
         const { applied, rejected } = await this.options.store.complete(this.relayId, completions);
         const published = completions.filter((c) => c.outcome === 'published').length;

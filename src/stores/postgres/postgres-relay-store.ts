@@ -1,5 +1,6 @@
 import type { StoredEvent } from '../../core/envelope.ts';
 import type { BucketLease, ClaimOptions, Completion, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
+import { pruneOnce } from './postgres-admin.ts';
 import type { PostgresConnection } from './postgres-connection.ts';
 import {
   claimSql,
@@ -136,6 +137,10 @@ export class PostgresRelayStore implements RelayStore {
     const { rows } = await this.#db.query<{ applied: number }>(this.#sql.complete, [relayId, seqs, tokens, outcomes, delays, errors]);
     const applied = rows[0]!.applied;
     return { applied, rejected: completions.length - applied };
+  }
+
+  prune(olderThanMs: number, limit: number): Promise<number> {
+    return pruneOnce(this.#db, this.names, olderThanMs, limit);
   }
 
   async waitForEvents(timeoutMs: number, signal: AbortSignal): Promise<void> {

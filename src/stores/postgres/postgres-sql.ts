@@ -22,6 +22,7 @@ export interface PostgresNames {
   readonly audit: string;
   readonly migrations: string;
   readonly fenceSeq: string;
+  readonly claimFn: string;
   /** The LISTEN/NOTIFY channel. */
   readonly channel: string;
   /** Suffixed, quoted table name for migration templates. */
@@ -42,6 +43,7 @@ export function postgresNames(options: PostgresNamesOptions = {}, field = ''): P
     audit: q('_audit'),
     migrations: q('_migrations'),
     fenceSeq: q('_fence_seq'),
+    claimFn: q('_claim'),
     channel: long.length <= 63 ? long : `txbox_${table}`,
     suffixed: (suffix: string) => quoteIdent(checkIdentifier('migration suffix', table + suffix)),
   });
@@ -115,22 +117,10 @@ WHERE b.bucket = h.bucket AND b.token = h.token AND b.owner = $1`;
 
 /**
  * $1 buckets, $2 limit, $3 destinations whose parked events do not block.
- * Claims by state, never by "after the highest seq seen" (commit-order gaps).
+ * The query lives in the `<table>_claim` function of the migration (see there why).
  */
 export function claimSql(n: PostgresNames): string {
-  return `SELECT ${EVENT_COLUMNS}
-FROM ${n.outbox} o
-WHERE o.state = 'pending'
-  AND o.bucket = ANY($1::smallint[])
-  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
-  AND NOT EXISTS (
-    SELECT 1 FROM ${n.outbox} p
-    WHERE p.key = o.key AND p.seq < o.seq AND p.state IN ('pending', 'parked')
-      AND ((p.state = 'pending' AND p.next_attempt_at > now())
-        OR (p.state = 'parked' AND p.destination <> ALL($3::text[])))
-  )
-ORDER BY o.seq
-LIMIT $2`;
+  return `SELECT ${EVENT_COLUMNS} FROM ${n.claimFn}($1::smallint[], $2::integer, $3::text[]) o`;
 }
 
 /**

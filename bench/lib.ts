@@ -1,0 +1,273 @@
+/**
+ * Shared pieces of the benchmarks: settings from the environment, a fresh
+ * schema per benchmark, the event and payload, fast backlog loading, raw SQL
+ * drains and printing. Benchmarks print figures; they never assert timings.
+ */
+import pg from 'pg';
+import { randomBytes } from 'node:crypto';
+import { createOutbox, defineEvent, payloadType, type NewEvent, type Outbox, type OutboxEvent, type PublishOutcome, type Transport } from 'txbox';
+import { migratePostgres, pgConnection, postgresNames, PostgresOutboxStore, type PostgresConnection, type PostgresNames } from 'txbox/postgres';
+
+export const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? process.env.TXBOX_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+/** An integer setting from the environment (`BENCH_EVENTS=20000`), or the default. */
+export function envInt(name: string, fallback: number): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const n = Number(raw.replace(/_/g, ''));
+  if (!Number.isSafeInteger(n) || n <= 0) throw new Error(`${name} must be a positive integer, got ${raw}`);
+  return n;
+}
+
+/** A comma-separated integer list from the environment (`BENCH_BATCH_SIZES=200,500`), or the default. */
+export function envList(name: string, fallback: readonly number[]): number[] {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return [...fallback];
+  return raw.split(',').map((s) => {
+    const n = Number(s.trim());
+    if (!Number.isSafeInteger(n) || n <= 0) throw new Error(`${name} must be a list of positive integers, got ${raw}`);
+    return n;
+  });
+}
+
+export interface OrderPayload {
+  readonly orderId: string;
+  readonly customerId: string;
+  readonly currency: string;
+  readonly total: number;
+  readonly lines: readonly { readonly sku: string; readonly qty: number; readonly price: number }[];
+  readonly shipTo: { readonly country: string; readonly city: string; readonly postcode: string; readonly street: string };
+}
+
+export const OrderPlaced = defineEvent({ type: 'OrderPlaced', aggregateType: 'Order', destination: 'orders', payload: payloadType<OrderPayload>() });
+
+/** A realistic order payload of about 300 bytes of JSON. */
+export function orderPayload(i: number, customer: number): OrderPayload {
+  const sku = (n: number): string => `SKU-${String((i * 7 + n * 131) % 100000).padStart(6, '0')}`;
+  return {
+    orderId: `ord-${String(i).padStart(10, '0')}`,
+    customerId: `cust-${String(customer).padStart(6, '0')}`,
+    currency: 'EUR',
+    total: 1999 * 2 + 4500 + 899 * 3,
+    lines: [
+      { sku: sku(1), qty: 2, price: 1999 },
+      { sku: sku(2), qty: 1, price: 4500 },
+      { sku: sku(3), qty: 3, price: 899 },
+    ],
+    shipTo: { country: 'DE', city: 'Berlin', postcode: '10115', street: 'Invalidenstrasse 117, Hinterhaus 3. OG' },
+  };
+}
+
+/** One event of aggregate `customer` (its key is `Order:c<customer>`). */
+export function orderEvent(i: number, customer: number): NewEvent<OrderPayload, 'OrderPlaced'> {
+  return OrderPlaced({ aggregateId: `c${customer}`, payload: orderPayload(i, customer), headers: { 'content-type': 'application/json' } });
+}
+
+/** A transport whose every publish acks at once: measures the relay and the database, not a broker. */
+export class NoopTransport implements Transport {
+  readonly name = 'noop';
+  published = 0;
+  calls = 0;
+  constructor(private readonly onPublish?: (events: readonly OutboxEvent[]) => void) {}
+
+  async publish(events: readonly OutboxEvent[]): Promise<PublishOutcome[]> {
+    this.calls++;
+    this.published += events.length;
+    this.onPublish?.(events);
+    return events.map(() => OK);
+  }
+
+  async close(): Promise<void> {}
+}
+const OK: PublishOutcome = Object.freeze({ ok: true });
+
+export interface Bench {
+  readonly schema: string;
+  readonly names: PostgresNames;
+  readonly pool: pg.Pool;
+  readonly connection: PostgresConnection;
+  sql<R = Record<string, unknown>>(text: string, params?: unknown[]): Promise<R[]>;
+  /** Closes the pool and drops the schema. */
+  drop(): Promise<void>;
+}
+
+/** A fresh, migrated schema with a random name. Call `drop()` in a finally block. */
+export async function openBench(prefix: string, poolSize = 8): Promise<Bench> {
+  const schema = `bench_${prefix}_${randomBytes(4).toString('hex')}`;
+  const pool = new pg.Pool({ connectionString: DATABASE_URL, max: poolSize });
+  const connection = pgConnection({ pool });
+  const names = postgresNames({ schema });
+  await migratePostgres(connection, names);
+  let dropped = false;
+  return {
+    schema,
+    names,
+    pool,
+    connection,
+    sql: async <R>(text: string, params?: unknown[]) => (await pool.query(text, params)).rows as R[],
+    async drop() {
+      if (dropped) return;
+      dropped = true;
+      await connection.close();
+      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await pool.end();
+    },
+  };
+}
+
+/** Runs `main(bench)` on a fresh schema and always drops it, also on Ctrl-C. */
+export async function withBench(prefix: string, main: (bench: Bench) => Promise<void>, poolSize = 8): Promise<void> {
+  const bench = await openBench(prefix, poolSize);
+  const onSignal = (): void => {
+    bench.drop().finally(() => process.exit(130));
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  try {
+    await main(bench);
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    await bench.drop();
+  }
+}
+
+export function benchOutbox(bench: Bench, notify: boolean): Outbox {
+  return createOutbox({ store: new PostgresOutboxStore({ schema: bench.schema, notify }), events: [OrderPlaced] });
+}
+
+/**
+ * Empties the outbox, frees every bucket and forgets relays. A stopped relay's
+ * heartbeat row would otherwise count as a live relay for the next one, which
+ * would then lease only half of the buckets (see docs/performance.md).
+ */
+export async function resetOutbox(bench: Bench): Promise<void> {
+  const n = bench.names;
+  await bench.sql(`TRUNCATE ${n.outbox}`);
+  await bench.sql(`UPDATE ${n.buckets} SET owner = NULL, lease_until = NULL`);
+  await bench.sql(`DELETE FROM ${n.relays}`);
+}
+
+/**
+ * Loads `events` events over `keys` keys with big multi-event enqueue
+ * transactions (not timed by the benchmarks), then VACUUM ANALYZE and
+ * CHECKPOINT so that every drain starts from the same state.
+ */
+export async function loadBacklog(bench: Bench, events: number, keys: number, perTx = 5000, loaders = 2): Promise<number> {
+  const outbox = benchOutbox(bench, false);
+  const started = performance.now();
+  let next = 0;
+  const loader = async (): Promise<void> => {
+    for (;;) {
+      const from = next;
+      if (from >= events) return;
+      next = Math.min(events, from + perTx);
+      const list: NewEvent<OrderPayload, 'OrderPlaced'>[] = [];
+      for (let i = from; i < next; i++) list.push(orderEvent(i, i % keys));
+      await bench.connection.transaction((tx) => outbox.enqueue(tx, list));
+    }
+  };
+  await Promise.all(Array.from({ length: loaders }, loader));
+  const ms = performance.now() - started;
+  await settle(bench);
+  return ms;
+}
+
+/** VACUUM ANALYZE the outbox and CHECKPOINT, so that earlier work's cleanup does not land in the next measurement. */
+export async function settle(bench: Bench): Promise<void> {
+  await bench.sql(`VACUUM (ANALYZE) ${bench.names.outbox}`);
+  await bench.sql('CHECKPOINT');
+}
+
+export async function countByState(bench: Bench): Promise<Record<string, number>> {
+  const rows = await bench.sql<{ state: string; n: number }>(`SELECT state, count(*)::int AS n FROM ${bench.names.outbox} GROUP BY state`);
+  return Object.fromEntries(rows.map((r) => [r.state, r.n]));
+}
+
+export type RawKind = 'delete' | 'update';
+
+/**
+ * The raw SQL drain limit: a loop of batched claim-and-delete (or claim-and-mark)
+ * statements that also return the rows, with no relay, no lease and no per-key check.
+ * `workers` loops run at once on their own connections.
+ */
+export async function rawDrain(bench: Bench, kind: RawKind, batch: number, workers: number): Promise<{ ms: number; rows: number }> {
+  const o = bench.names.outbox;
+  const pick = `SELECT seq FROM ${o} WHERE state = 'pending' ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`;
+  const text =
+    kind === 'delete'
+      ? `DELETE FROM ${o} WHERE seq IN (${pick}) RETURNING *`
+      : `UPDATE ${o} SET state = 'published', done_at = now(), attempts = attempts + 1 WHERE seq IN (${pick}) RETURNING *`;
+  const clients = await Promise.all(Array.from({ length: workers }, () => bench.pool.connect()));
+  let rows = 0;
+  const started = performance.now();
+  try {
+    await Promise.all(
+      clients.map(async (c) => {
+        for (;;) {
+          const r = await c.query(text, [batch]);
+          rows += r.rowCount ?? 0;
+          if ((r.rowCount ?? 0) === 0) return;
+        }
+      }),
+    );
+    return { ms: performance.now() - started, rows };
+  } finally {
+    for (const c of clients) c.release();
+  }
+}
+
+/** Samples this process's RSS (and heap) every `everyMs` until stopped. */
+export class MemorySampler {
+  maxRss = 0;
+  maxHeapUsed = 0;
+  readonly #timer: NodeJS.Timeout;
+  constructor(everyMs = 100) {
+    this.sample();
+    this.#timer = setInterval(() => this.sample(), everyMs);
+    this.#timer.unref();
+  }
+  sample(): void {
+    const m = process.memoryUsage();
+    if (m.rss > this.maxRss) this.maxRss = m.rss;
+    if (m.heapUsed > this.maxHeapUsed) this.maxHeapUsed = m.heapUsed;
+  }
+  stop(): void {
+    clearInterval(this.#timer);
+    this.sample();
+  }
+}
+
+export const mb = (bytes: number): string => (bytes / 1024 / 1024).toFixed(1);
+export const perSec = (n: number, ms: number): number => (ms > 0 ? (n * 1000) / ms : 0);
+export const fmtInt = (n: number): string => Math.round(n).toLocaleString('en-US');
+export const pct = (x: number): string => `${(x * 100).toFixed(0)}%`;
+
+/** Percentile of an ascending-sorted array (nearest rank). */
+export function percentile(sorted: readonly number[], p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[i]!;
+}
+
+export function median(values: readonly number[]): number {
+  return percentile([...values].sort((a, b) => a - b), 50);
+}
+
+/** Prints a left-aligned text table. */
+export function printTable(header: readonly string[], rows: readonly (readonly string[])[]): void {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: readonly string[]): string => cells.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
+  console.log(line(header));
+  console.log(line(widths.map((w) => '-'.repeat(w))));
+  for (const r of rows) console.log(line(r));
+}
+
+/** One line that scripts/bench.sh collects into its summary. */
+export function summary(bench: string, text: string): void {
+  console.log(`SUMMARY ${bench}: ${text}`);
+}
+
+export function log(text: string): void {
+  console.log(`[${new Date().toISOString().slice(11, 19)}] ${text}`);
+}

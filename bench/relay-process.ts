@@ -1,0 +1,88 @@
+/** Starts bench/relay-worker.ts in a child process and collects its figures. */
+import { fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+export interface RelayWorkerConfig {
+  readonly schema: string;
+  readonly batchSize: number;
+  readonly lanes: number;
+  readonly deleteOnPublish: boolean;
+  /** Stop once this many events are published; without it, run until `stop()`. */
+  readonly expect?: number;
+  readonly pollIntervalMs?: number;
+  readonly transport: { readonly kind: 'noop' } | { readonly kind: 'http'; readonly url: string };
+}
+
+export interface RelayWorkerResult {
+  readonly published: number;
+  /** From just before `relay.start()` to the batch that reached `expect` (or to `stop()`). */
+  readonly ms: number;
+  readonly batches: number;
+  /** Claims that returned events, and their total SQL time. */
+  readonly claims: number;
+  readonly emptyClaims: number;
+  readonly claimMs: number;
+  /** Average claim time over the first and the last tenth of the claims: growth means the scan slows as the table changes. */
+  readonly claimMsFirstTenth: number;
+  readonly claimMsLastTenth: number;
+  readonly completes: number;
+  readonly completeMs: number;
+  /** RSS after loading modules and before the relay starts, and the maximum sampled every 100 ms while it runs. */
+  readonly rssBaseline: number;
+  readonly rssMax: number;
+  readonly heapMax: number;
+  readonly errors: readonly string[];
+}
+
+export type RelayWorkerMessage =
+  | { readonly type: 'started' }
+  | { readonly type: 'result'; readonly result: RelayWorkerResult }
+  | { readonly type: 'error'; readonly message: string };
+
+export interface RelayWorker {
+  /** Resolves once the relay has started (leases taken, lanes running). */
+  readonly started: Promise<void>;
+  /** Resolves when the worker has reported (after `expect` events, or after `stop()`). */
+  readonly result: Promise<RelayWorkerResult>;
+  stop(): Promise<RelayWorkerResult>;
+}
+
+const WORKER = fileURLToPath(new URL('./relay-worker.ts', import.meta.url));
+
+export function startRelayWorker(config: RelayWorkerConfig): RelayWorker {
+  const child = fork(WORKER, [], {
+    execArgv: ['--conditions=development', '--import', 'tsx'],
+    env: { ...process.env, BENCH_RELAY_WORKER: JSON.stringify(config) },
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  let onStarted: () => void = () => {};
+  let onResult: (r: RelayWorkerResult) => void = () => {};
+  let onError: (e: Error) => void = () => {};
+  const started = new Promise<void>((resolve, reject) => {
+    onStarted = resolve;
+    onError = reject;
+  });
+  const result = new Promise<RelayWorkerResult>((resolve, reject) => {
+    onResult = resolve;
+    const prev = onError;
+    onError = (e) => {
+      prev(e);
+      reject(e);
+    };
+  });
+  started.catch(() => {});
+  child.on('message', (m: RelayWorkerMessage) => {
+    if (m.type === 'started') onStarted();
+    else if (m.type === 'result') onResult(m.result);
+    else onError(new Error(`relay worker failed: ${m.message}`));
+  });
+  child.on('exit', (code) => onError(new Error(`relay worker exited with code ${String(code)} before reporting`)));
+  return {
+    started,
+    result,
+    stop() {
+      if (child.connected) child.send({ type: 'stop' });
+      return result;
+    },
+  };
+}

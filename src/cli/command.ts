@@ -1,0 +1,40 @@
+import type { ParseArgsConfig } from 'node:util';
+import type { Logger } from '../core/logger.ts';
+import type { CliConfig } from './config.ts';
+
+export interface CommandContext {
+  readonly flags: Record<string, string | boolean | string[] | undefined>;
+  readonly positionals: string[];
+  readonly config: CliConfig;
+  readonly logger: Logger;
+  readonly out: (text: string) => void;
+  /** Aborted on SIGINT/SIGTERM. */
+  readonly signal: AbortSignal;
+}
+
+export interface Command {
+  readonly name: string;
+  readonly summary: string;
+  /** Full --help text (without the global options, which main appends). */
+  readonly help: string;
+  readonly options: NonNullable<ParseArgsConfig['options']>;
+  /** Resolves with the exit code. */
+  run(ctx: CommandContext): Promise<number>;
+}
+
+export const GLOBAL_OPTIONS = {
+  help: { type: 'boolean', short: 'h' },
+  config: { type: 'string' },
+  'database-url': { type: 'string' },
+  schema: { type: 'string' },
+  table: { type: 'string' },
+  'log-level': { type: 'string' },
+} as const satisfies NonNullable<ParseArgsConfig['options']>;
+
+export const GLOBAL_HELP = `Global options:
+  --database-url URL   PostgreSQL URL (or TXBOX_DATABASE_URL)
+  --schema NAME        schema of the txbox tables (default txbox)
+  --table NAME         outbox table (default outbox)
+  --config FILE        JSON config file (default ./txbox.config.json if present)
+  --log-level LEVEL    debug | info | warn | error | silent (default info)
+  -h, --help           show help`;

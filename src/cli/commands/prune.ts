@@ -1,0 +1,35 @@
+import type { Command } from '../command.ts';
+import { openDatabase } from '../database.ts';
+import { parseDuration } from '../config.ts';
+import { Progress, fmt } from '../progress.ts';
+import { CliError } from '../cli-error.ts';
+import { PostgresAdmin } from '../../stores/postgres/postgres-admin.ts';
+
+export const pruneCommand: Command = {
+  name: 'prune',
+  summary: 'delete published and skipped rows older than a given age, in bounded batches',
+  help: `Usage: txbox prune --older-than DURATION [--batch-size N]
+
+Deletes published and skipped rows finished more than DURATION ago (e.g. 24h,
+7d), N rows per statement (default 5000). Never touches pending or parked
+rows. Relays do this by themselves (--keep-published); use this for a one-off.`,
+  options: { 'older-than': { type: 'string' }, 'batch-size': { type: 'string' } },
+  async run({ flags, config, logger, out }) {
+    if (typeof flags['older-than'] !== 'string') throw new CliError('prune: --older-than is required (e.g. --older-than 7d)');
+    const age = parseDuration(flags['older-than'], '--older-than');
+    const batch = flags['batch-size'] === undefined ? 5000 : Number(flags['batch-size']);
+    if (!Number.isSafeInteger(batch) || batch <= 0) throw new CliError('--batch-size: must be a positive integer');
+    const db = await openDatabase(config, logger);
+    const progress = new Progress();
+    try {
+      const deleted = await new PostgresAdmin(db.connection, { schema: config.schema, table: config.table }).prune(age, batch, (n) =>
+        progress.update(`prune: ${fmt(n)} rows deleted`),
+      );
+      progress.done();
+      out(`deleted ${fmt(deleted)} row(s)`);
+      return 0;
+    } finally {
+      await db.connection.close();
+    }
+  },
+};

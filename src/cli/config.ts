@@ -1,0 +1,193 @@
+/**
+ * CLI configuration: flags, then environment (TXBOX_*), then a JSON config
+ * file, then defaults. This module and main.ts are the only places that read
+ * process.env and argv.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { CliError } from './cli-error.ts';
+
+export interface TransportConfig {
+  readonly type: string;
+  /** http: destination -> URL. */
+  readonly endpoints?: Readonly<Record<string, string>>;
+  /** http: Standard Webhooks secret (whsec_...). */
+  readonly secret?: string;
+  readonly timeoutMs?: number;
+  readonly [option: string]: unknown;
+}
+
+export interface CliConfig {
+  readonly databaseUrl: string | undefined;
+  readonly schema: string;
+  readonly table: string;
+  readonly relay: {
+    readonly batchSize?: number;
+    readonly lanes?: number;
+    readonly leaseTtlMs?: number;
+    readonly pollIntervalMs?: number;
+    readonly maxAttempts?: number;
+    readonly skipParkedDestinations?: readonly string[];
+    readonly deleteOnPublish?: boolean;
+    /** Keep published rows this long ("90s", "15m", "24h", "7d"); "off" disables retention. */
+    readonly keepPublished?: string;
+  };
+  readonly transport: TransportConfig | undefined;
+  readonly logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
+  /** Where each setting came from, for messages: field -> "--flag" | "TXBOX_X" | "file.json". */
+  readonly sources: Readonly<Record<string, string>>;
+}
+
+type Flags = Record<string, string | boolean | string[] | undefined>;
+
+const ENV = {
+  databaseUrl: 'TXBOX_DATABASE_URL',
+  schema: 'TXBOX_SCHEMA',
+  table: 'TXBOX_TABLE',
+  transport: 'TXBOX_TRANSPORT',
+  endpoints: 'TXBOX_HTTP_ENDPOINTS',
+  secret: 'TXBOX_WEBHOOK_SECRET',
+  batchSize: 'TXBOX_BATCH_SIZE',
+  lanes: 'TXBOX_LANES',
+  leaseTtlMs: 'TXBOX_LEASE_TTL_MS',
+  pollIntervalMs: 'TXBOX_POLL_INTERVAL_MS',
+  maxAttempts: 'TXBOX_MAX_ATTEMPTS',
+  keepPublished: 'TXBOX_KEEP_PUBLISHED',
+  logLevel: 'TXBOX_LOG_LEVEL',
+  config: 'TXBOX_CONFIG',
+} as const;
+
+export const ENV_HELP = `Environment:
+  TXBOX_DATABASE_URL     PostgreSQL URL (postgres://user@host:5432/db)
+  TXBOX_SCHEMA           schema of the txbox tables (default txbox)
+  TXBOX_TABLE            outbox table name (default outbox)
+  TXBOX_CONFIG           path of a JSON config file (default ./txbox.config.json if present)
+  TXBOX_TRANSPORT        transport type (http)
+  TXBOX_HTTP_ENDPOINTS   destination=url pairs, comma separated
+  TXBOX_WEBHOOK_SECRET   Standard Webhooks signing secret (whsec_...)
+  TXBOX_BATCH_SIZE, TXBOX_LANES, TXBOX_LEASE_TTL_MS, TXBOX_POLL_INTERVAL_MS,
+  TXBOX_MAX_ATTEMPTS, TXBOX_KEEP_PUBLISHED, TXBOX_LOG_LEVEL`;
+
+export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
+  const sources: Record<string, string> = {};
+  const configPath = str(flags.config) ?? env[ENV.config] ?? (existsSync('txbox.config.json') ? 'txbox.config.json' : undefined);
+  const file = configPath ? readConfigFile(configPath) : {};
+  const fileName = configPath ?? '';
+
+  function pick(field: string, flag: string, envName: string | undefined, fromFile: unknown): string | undefined {
+    const f = str(flags[flag]);
+    if (f !== undefined) {
+      sources[field] = `--${flag}`;
+      return f;
+    }
+    const e = envName ? env[envName] : undefined;
+    if (e !== undefined && e !== '') {
+      sources[field] = envName!;
+      return e;
+    }
+    if (fromFile !== undefined) {
+      sources[field] = `${fileName} (${field})`;
+      return typeof fromFile === 'string' ? fromFile : JSON.stringify(fromFile);
+    }
+    return undefined;
+  }
+  const fileRelay = (file.relay ?? {}) as Record<string, unknown>;
+  const fileTransport = file.transport as Record<string, unknown> | undefined;
+
+  const intField = (field: string, flag: string, envName: string, fromFile: unknown): number | undefined => {
+    const v = pick(field, flag, envName, fromFile);
+    if (v === undefined) return undefined;
+    const n = Number(v);
+    if (!Number.isSafeInteger(n) || n < 0) throw new CliError(`${sources[field]}: ${field} must be a non-negative integer, got ${JSON.stringify(v)}`);
+    return n;
+  };
+
+  const transportType = pick('transport', 'transport', ENV.transport, fileTransport?.type);
+  let transport: TransportConfig | undefined;
+  if (transportType !== undefined) {
+    const endpointFlags = Array.isArray(flags.endpoint) ? flags.endpoint : typeof flags.endpoint === 'string' ? [flags.endpoint] : [];
+    let endpoints = (fileTransport?.endpoints as Record<string, string> | undefined) ?? undefined;
+    if (env[ENV.endpoints]) {
+      endpoints = parsePairs(env[ENV.endpoints]!, ENV.endpoints);
+      sources.endpoints = ENV.endpoints;
+    }
+    if (endpointFlags.length > 0) {
+      endpoints = parsePairs(endpointFlags.join(','), '--endpoint');
+      sources.endpoints = '--endpoint';
+    }
+    const secret = pick('secret', 'secret', ENV.secret, fileTransport?.secret);
+    transport = {
+      ...(fileTransport ?? {}),
+      type: transportType,
+      ...(endpoints ? { endpoints } : {}),
+      ...(secret !== undefined ? { secret } : {}),
+    };
+  }
+
+  const logLevel = pick('logLevel', 'log-level', ENV.logLevel, file.logLevel) ?? 'info';
+  if (!['debug', 'info', 'warn', 'error', 'silent'].includes(logLevel)) {
+    throw new CliError(`${sources.logLevel}: logLevel must be one of debug, info, warn, error, silent`);
+  }
+  const skip = pick('skipParkedDestinations', 'skip-parked', undefined, fileRelay.skipParkedDestinations);
+  const deleteOnPublish = flags['delete-on-publish'] === true || fileRelay.deleteOnPublish === true;
+  const relay = clean({
+    batchSize: intField('batchSize', 'batch-size', ENV.batchSize, fileRelay.batchSize),
+    lanes: intField('lanes', 'lanes', ENV.lanes, fileRelay.lanes),
+    leaseTtlMs: intField('leaseTtlMs', 'lease-ttl-ms', ENV.leaseTtlMs, fileRelay.leaseTtlMs),
+    pollIntervalMs: intField('pollIntervalMs', 'poll-interval-ms', ENV.pollIntervalMs, fileRelay.pollIntervalMs),
+    maxAttempts: intField('maxAttempts', 'max-attempts', ENV.maxAttempts, fileRelay.maxAttempts),
+    skipParkedDestinations: skip === undefined ? undefined : skip.startsWith('[') ? (JSON.parse(skip) as string[]) : skip.split(',').filter(Boolean),
+    deleteOnPublish,
+    keepPublished: pick('keepPublished', 'keep-published', ENV.keepPublished, fileRelay.keepPublished),
+  });
+  return {
+    databaseUrl: pick('databaseUrl', 'database-url', ENV.databaseUrl, file.databaseUrl),
+    schema: pick('schema', 'schema', ENV.schema, file.schema) ?? 'txbox',
+    table: pick('table', 'table', ENV.table, file.table) ?? 'outbox',
+    relay,
+    transport,
+    logLevel: logLevel as CliConfig['logLevel'],
+    sources,
+  };
+}
+
+function readConfigFile(path: string): Record<string, unknown> {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new CliError(`config file ${path}: cannot read it (${(err as NodeJS.ErrnoException).code ?? 'error'}); check --config or TXBOX_CONFIG`);
+  }
+  try {
+    const value: unknown = JSON.parse(text);
+    if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new Error('not an object');
+    return value as Record<string, unknown>;
+  } catch (err) {
+    throw new CliError(`config file ${path}: not a JSON object (${(err as Error).message})`);
+  }
+}
+
+function parsePairs(text: string, source: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const pair of text.split(',').map((p) => p.trim()).filter(Boolean)) {
+    const eq = pair.indexOf('=');
+    if (eq <= 0) throw new CliError(`${source}: expected destination=url pairs, got ${JSON.stringify(pair.replace(/\/\/[^@/]*@/, '//****@'))}`);
+    out[pair.slice(0, eq)] = pair.slice(eq + 1);
+  }
+  return out;
+}
+
+function str(v: unknown): string | undefined {
+  return typeof v === 'string' ? v : undefined;
+}
+
+function clean<T extends object>(o: T): { [K in keyof T]: Exclude<T[K], undefined> } {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as never;
+}
+
+/** Parses "500ms", "90s", "15m", "24h", "7d" (or plain milliseconds) to milliseconds. */
+export function parseDuration(text: string, field: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(text.trim());
+  if (!m) throw new CliError(`${field}: ${JSON.stringify(text)} is not a duration; use e.g. 500ms, 90s, 15m, 24h or 7d`);
+  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }[(m[2] ?? 'ms') as 'ms'];
+  return Math.round(Number(m[1]) * unit);
+}

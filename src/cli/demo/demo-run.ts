@@ -1,0 +1,192 @@
+import { randomUUID } from 'node:crypto';
+import type { PGlite } from '@electric-sql/pglite';
+import { createRelay, type Relay } from '../../relay/relay.ts';
+import { checkDeliveries, type DeliveryReport } from '../../testing/order-check.ts';
+import type { PostgresConnection } from '../../stores/postgres/postgres-connection.ts';
+import { PostgresRelayStore } from '../../stores/postgres/postgres-relay-store.ts';
+import { migratePostgres } from '../../stores/postgres/postgres-migrations.ts';
+import { postgresNames } from '../../stores/postgres/postgres-sql.ts';
+import { pgConnection } from '../../stores/postgres/pg-connection.ts';
+import { OrderService, RolledBack, type CommittedEvent } from './order-service.ts';
+import type { DemoSink } from './demo-sink.ts';
+
+export interface DemoOptions {
+  /** Events to commit. */
+  readonly events: number;
+  readonly writers: number;
+  /** Share of transactions rolled back on purpose. */
+  readonly rollbackRate: number;
+  /** Abort the relay (as a crash) and start a new one this often; 0 = never. */
+  readonly crashEveryMs: number;
+  /** A PostgreSQL URL; default: embedded PGlite in memory. */
+  readonly databaseUrl: string | undefined;
+  readonly sink: DemoSink;
+  readonly onProgress: (line: string) => void;
+}
+
+export interface DemoReport extends DeliveryReport {
+  readonly database: string;
+  readonly sink: string;
+  readonly transactions: number;
+  readonly rolledBack: number;
+  readonly relayRestarts: number;
+  readonly elapsedMs: number;
+  readonly latencyMs: { readonly p50: number; readonly p99: number; readonly max: number };
+  /** Committed events still undelivered when the demo gave up waiting. */
+  readonly timedOut: boolean;
+}
+
+const SCHEMA_PREFIX = 'txbox_demo';
+
+export async function runDemo(o: DemoOptions): Promise<DemoReport> {
+  const schema = `${SCHEMA_PREFIX}_${randomUUID().slice(0, 8)}`;
+  const { db, label, close } = await openDemoDatabase(o.databaseUrl, schema);
+  const service = new OrderService(db, schema);
+  let relay: Relay | undefined;
+  try {
+    await migratePostgres(db, postgresNames({ schema }));
+    await service.createTables();
+    await o.sink.start();
+    const newRelay = (): Relay =>
+      createRelay({
+        store: new PostgresRelayStore({ schema, connection: db }),
+        transport: o.sink.transport(),
+        leaseTtlMs: 2000,
+        pollIntervalMs: 100,
+        batchSize: 200,
+        retry: { baseDelayMs: 50, maxDelayMs: 1000 },
+      });
+    relay = newRelay();
+    await relay.start();
+
+    const committed = new Map<string, string[]>();
+    const commitTimes = new Map<string, number>();
+    const orders: string[] = [];
+    let transactions = 0;
+    let rolledBack = 0;
+    let committedCount = 0;
+    let restarts = 0;
+    const started = performance.now();
+
+    const record = (e: CommittedEvent): void => {
+      const list = committed.get(e.key) ?? [];
+      list[e.version - 1] = e.id;
+      committed.set(e.key, list);
+      commitTimes.set(e.id, performance.now());
+      committedCount++;
+    };
+    const writer = async (): Promise<void> => {
+      while (committedCount < o.events) {
+        // Real writes arrive through I/O. PGlite runs in this thread and resolves through
+        // microtasks only, so without this yield the writers would starve the relay's I/O.
+        await new Promise((r) => setImmediate(r));
+        const rollback = Math.random() < o.rollbackRate;
+        transactions++;
+        try {
+          if (orders.length < 5 || Math.random() < 0.45) {
+            const orderId = randomUUID().slice(0, 13);
+            const e = await service.createOrder(orderId, `customer-${orders.length % 97}`, 10 + (orders.length % 90), rollback);
+            orders.push(orderId);
+            record(e);
+          } else {
+            // Pay a recent order: several writers often hit the same order, so the row lock matters.
+            const orderId = orders[orders.length - 1 - Math.floor(Math.random() * Math.min(orders.length, 20))]!;
+            record(await service.capturePayment(orderId, randomUUID(), 5, rollback));
+          }
+        } catch (err) {
+          if (!(err instanceof RolledBack)) throw err;
+          rolledBack++;
+        }
+      }
+    };
+    let crashing = false;
+    const crashTimer =
+      o.crashEveryMs > 0
+        ? setInterval(() => {
+            if (crashing) return;
+            crashing = true;
+            void (async () => {
+              await relay!.abort();
+              restarts++;
+              relay = newRelay();
+              await relay.start();
+              crashing = false;
+            })();
+          }, o.crashEveryMs)
+        : undefined;
+    const uniqueDelivered = (): number => new Set(o.sink.arrivals.map((a) => a.id)).size;
+    const ticker = setInterval(() => {
+      o.onProgress(
+        `committed ${committedCount} | rolled back ${rolledBack} | delivered ${uniqueDelivered()} | relay restarts ${restarts}`,
+      );
+    }, 200);
+
+    await Promise.all(Array.from({ length: o.writers }, writer));
+    // Wait for the relay to deliver everything committed (bounded).
+    const deadline = performance.now() + 60_000 + o.crashEveryMs;
+    let seenIds = new Set<string>();
+    while (performance.now() < deadline) {
+      seenIds = new Set(o.sink.arrivals.map((a) => a.id));
+      if ([...commitTimes.keys()].every((id) => seenIds.has(id))) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const elapsedMs = performance.now() - started;
+    clearInterval(crashTimer);
+    while (crashing) await new Promise((r) => setTimeout(r, 20));
+    clearInterval(ticker);
+    await relay.stop();
+
+    const report = checkDeliveries(committed, o.sink.arrivals);
+    const latencies: number[] = [];
+    const firstArrival = new Map<string, number>();
+    for (const a of o.sink.arrivals) if (!firstArrival.has(a.id)) firstArrival.set(a.id, a.at);
+    for (const [id, t] of commitTimes) {
+      const at = firstArrival.get(id);
+      if (at !== undefined) latencies.push(Math.max(0, at - t));
+    }
+    latencies.sort((a, b) => a - b);
+    const q = (p: number): number => latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))] ?? 0;
+    return {
+      ...report,
+      database: label,
+      sink: o.sink.name,
+      transactions,
+      rolledBack,
+      relayRestarts: restarts,
+      elapsedMs,
+      latencyMs: { p50: q(0.5), p99: q(0.99), max: latencies.at(-1) ?? 0 },
+      timedOut: report.lost > 0,
+    };
+  } finally {
+    await relay?.stop().catch(() => {});
+    await o.sink.close().catch(() => {});
+    await close(schema);
+  }
+}
+
+async function openDemoDatabase(url: string | undefined, schema: string): Promise<{ db: PostgresConnection; label: string; close: (schema: string) => Promise<void> }> {
+  if (url) {
+    const db = pgConnection({ connectionString: url, maxConnections: 12 });
+    return {
+      db,
+      label: 'PostgreSQL',
+      close: async (s) => {
+        await db.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`).catch(() => {});
+        await db.close();
+      },
+    };
+  }
+  const { PGlite } = await import('@electric-sql/pglite').catch(() => {
+    throw new Error('the embedded demo needs @electric-sql/pglite: npm install @electric-sql/pglite');
+  });
+  const { pgliteConnection } = await import('../../stores/pglite/pglite-connection.ts');
+  const pglite: PGlite = new PGlite();
+  return {
+    db: pgliteConnection(pglite),
+    label: 'embedded PGlite (in memory)',
+    close: async () => {
+      await pglite.close();
+    },
+  };
+  void schema;
+}

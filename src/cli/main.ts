@@ -1,0 +1,105 @@
+#!/usr/bin/env node
+/**
+ * The `txbox` command. The only place (with config.ts) that reads argv and
+ * process.env.
+ */
+import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { CliError, EXIT } from './cli-error.ts';
+import { GLOBAL_HELP, GLOBAL_OPTIONS, type Command } from './command.ts';
+import { ENV_HELP, loadConfig } from './config.ts';
+import { jsonLogger } from './json-logger.ts';
+import { demoCommand } from './commands/demo.ts';
+import { migrateCommand } from './commands/migrate.ts';
+import { parkedCommand } from './commands/parked.ts';
+import { pruneCommand } from './commands/prune.ts';
+import { relayCommand } from './commands/relay.ts';
+import { replayCommand } from './commands/replay.ts';
+import { statusCommand } from './commands/status.ts';
+
+const COMMANDS: Command[] = [migrateCommand, relayCommand, statusCommand, parkedCommand, replayCommand, pruneCommand, demoCommand];
+
+function version(): string {
+  const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+  return pkg.version;
+}
+
+function mainHelp(): string {
+  const width = Math.max(...COMMANDS.map((c) => c.name.length));
+  return `txbox ${version()}: the transactional outbox relay and tools
+
+Usage: txbox <command> [options]
+
+Commands:
+${COMMANDS.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`).join('\n')}
+
+Run txbox <command> --help for a command's options.
+
+${GLOBAL_HELP}
+
+${ENV_HELP}
+
+Exit codes: 0 ok, 1 failed, 2 bad usage or configuration, 3 database unreachable or not migrated, 130 interrupted.`;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  const out = (text: string): void => void process.stdout.write(text.endsWith('\n') ? text : `${text}\n`);
+  if (!name || name === '--help' || name === '-h' || name === 'help') {
+    out(mainHelp());
+    return name ? EXIT.ok : EXIT.usage;
+  }
+  if (name === '--version' || name === '-v') {
+    out(version());
+    return EXIT.ok;
+  }
+  const command = COMMANDS.find((c) => c.name === name);
+  if (!command) {
+    process.stderr.write(`txbox: unknown command ${JSON.stringify(name)}; run txbox --help\n`);
+    return EXIT.usage;
+  }
+  const controller = new AbortController();
+  let signals = 0;
+  const onSignal = (sig: NodeJS.Signals): void => {
+    signals++;
+    if (signals > 1) process.exit(sig === 'SIGINT' ? EXIT.interrupted : EXIT.failure); // second signal: leave now
+    controller.abort();
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  try {
+    let parsed;
+    try {
+      parsed = parseArgs({ args: rest, options: { ...GLOBAL_OPTIONS, ...command.options }, allowPositionals: true, strict: true });
+    } catch (err) {
+      throw new CliError(`txbox ${name}: ${(err as Error).message}; run txbox ${name} --help`);
+    }
+    if (parsed.values.help) {
+      out(`${command.help}\n\n${GLOBAL_HELP}`);
+      return EXIT.ok;
+    }
+    const config = loadConfig(parsed.values, process.env);
+    const logger = jsonLogger(config.logLevel);
+    return await command.run({ flags: parsed.values, positionals: parsed.positionals, config, logger, out, signal: controller.signal });
+  } catch (err) {
+    if (err instanceof CliError) {
+      process.stderr.write(`txbox ${name}: ${err.message}\n`);
+      return err.exitCode;
+    }
+    process.stderr.write(`txbox ${name}: ${(err as Error).message ?? String(err)}\n`);
+    return EXIT.failure;
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err: unknown) => {
+    process.stderr.write(`txbox: ${String(err)}\n`);
+    process.exitCode = EXIT.failure;
+  },
+);

@@ -1,0 +1,242 @@
+/**
+ * The receiving end of HttpTransport: a `node:http` request handler that
+ * verifies the Standard Webhooks signature, parses the envelope and answers
+ * 2xx only once `onEvent` has resolved. Used by the demo and the inbox consumer.
+ */
+import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { OutboxEvent } from '../../core/envelope.ts';
+import { ConfigError } from '../../core/errors.ts';
+import { silentLogger, type Logger } from '../../core/logger.ts';
+import { parseEnvelope } from './http-envelope.ts';
+import { verifyWebhook, webhookKey, type WebhookSecret } from './webhook-signature.ts';
+
+/** What `onEvent` learns about the request besides the event. */
+export interface WebhookContext {
+  /** `webhook-id` (the event id, the dedup key), or null when the sender did not send one. */
+  readonly webhookId: string | null;
+  /** `webhook-timestamp` in Unix seconds when the signature was verified, else null. */
+  readonly timestamp: number | null;
+  /** True when a secret is configured and the signature matched. */
+  readonly verified: boolean;
+  readonly headers: IncomingHttpHeaders;
+  /** Aborted when the sender disconnects before the answer (its request timed out): it will retry. */
+  readonly signal: AbortSignal;
+}
+
+/**
+ * Options of `createWebhookReceiver(...)`; only `onEvent` is required.
+ *
+ * @example
+ * const options: WebhookReceiverOptions = { secret: 'whsec_...', onEvent: async (event) => { await handle(event); } };
+ */
+export interface WebhookReceiverOptions {
+  /**
+   * The secret shared with the sender (several during a rotation). Requests
+   * without a valid signature and timestamp are answered 401. Default: none,
+   * which accepts unsigned requests: only for tests and trusted networks.
+   */
+  readonly secret?: WebhookSecret | readonly WebhookSecret[];
+  /** How far `webhook-timestamp` may be from the receiver's clock, either way. Default: 300 seconds. */
+  readonly toleranceSeconds?: number;
+  /** Largest accepted body; larger ones are answered 413. Default: 1048576 (1 MiB). */
+  readonly maxBodyBytes?: number;
+  /**
+   * Handles one event. The answer is 204 once it resolves and 500 if it
+   * throws (the sender retries). Deliveries are at-least-once: dedup on
+   * `event.id` (the inbox does). Required.
+   */
+  readonly onEvent: (event: OutboxEvent, ctx: WebhookContext) => Promise<void> | void;
+  /** Told about rejected requests and handler failures (ids and reasons, never bodies). Default: silent. */
+  readonly logger?: Logger;
+}
+
+/** A receiver serving on a port; `close()` it when done. */
+export interface ListeningWebhookReceiver {
+  /** `http://127.0.0.1:<port>`, without a trailing slash: append any path (the handler serves every path). */
+  readonly url: string;
+  readonly port: number;
+  readonly server: Server;
+  /** Stops accepting, lets answers in progress finish, closes every connection. */
+  close(): Promise<void>;
+}
+
+/** A `node:http` request handler that also knows how to listen by itself. */
+export interface WebhookReceiver {
+  (req: IncomingMessage, res: ServerResponse): void;
+  /** Starts a server on `host` (default 127.0.0.1) and `port` (default 0: a free one). */
+  listen(options?: ListenOptions): Promise<ListeningWebhookReceiver>;
+}
+
+/**
+ * Creates a webhook receiver. Mount it in any `node:http` server or router,
+ * or call `listen()`.
+ *
+ * @example
+ * const receiver = createWebhookReceiver({
+ *   secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
+ *   onEvent: async (event) => { await handle(event); },
+ * });
+ * const { url, close } = await receiver.listen({ port: 0 });
+ */
+export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookReceiver {
+  if (typeof options?.onEvent !== 'function') {
+    throw new ConfigError('onEvent', 'is required: pass an async function (event, ctx) => { ... }');
+  }
+  const tolerance = int('toleranceSeconds', options.toleranceSeconds, 300, 1);
+  const maxBodyBytes = int('maxBodyBytes', options.maxBodyBytes, 1_048_576, 1);
+  const secrets = options.secret === undefined ? null : toKeys(options.secret);
+  const logger = options.logger ?? silentLogger;
+  const { onEvent } = options;
+
+  const reject = (res: ServerResponse, status: number, reason: string, id: string | null): void => {
+    logger.warn({ status, reason, webhookId: id }, 'txbox webhook receiver: request rejected');
+    reply(res, status, reason);
+  };
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (req.method !== 'POST') return reply(res, 405, 'only POST is accepted', { allow: 'POST' });
+    const body = await readBody(req, res, maxBodyBytes);
+    if (body === null) return; // answered 413, or the sender went away
+    const webhookId = typeof req.headers['webhook-id'] === 'string' ? req.headers['webhook-id'] : null;
+    let timestamp: number | null = null;
+    if (secrets !== null) {
+      const check = verifyWebhook({ secret: secrets, headers: req.headers, body, toleranceSeconds: tolerance });
+      if (!check.ok) return reject(res, 401, check.message, webhookId);
+      timestamp = check.timestamp;
+    }
+    const parsed = parseEnvelope(body);
+    if (!parsed.ok) return reject(res, 400, parsed.message, webhookId);
+    const aborted = new AbortController();
+    res.once('close', () => {
+      if (!res.writableFinished) aborted.abort(new Error('the sender disconnected before the answer'));
+    });
+    const ctx: WebhookContext = { webhookId, timestamp, verified: secrets !== null, headers: req.headers, signal: aborted.signal };
+    try {
+      await onEvent(parsed.event, ctx);
+    } catch (err) {
+      logger.error(
+        { eventId: parsed.event.id, type: parsed.event.type, err: err instanceof Error ? err.message : String(err) },
+        'txbox webhook receiver: onEvent failed; answered 500 so the sender retries',
+      );
+      return reply(res, 500, 'the event handler failed');
+    }
+    reply(res, 204, '');
+  }
+
+  const receiver = ((req: IncomingMessage, res: ServerResponse): void => {
+    handle(req, res).catch((err: unknown) => {
+      logger.error({ err: err instanceof Error ? err.message : String(err) }, 'txbox webhook receiver: unexpected failure');
+      if (!res.headersSent) reply(res, 500, 'internal error');
+      else res.destroy();
+    });
+  }) as WebhookReceiver;
+  receiver.listen = (listenOptions) => listenWebhookReceiver(receiver, listenOptions);
+  return receiver;
+}
+
+/** The body, or null when it was too large (answered 413 here) or the request broke off. */
+function readBody(req: IncomingMessage, res: ServerResponse, max: number): Promise<Buffer | null> {
+  const declared = Number(req.headers['content-length']);
+  if (declared > max) {
+    tooLarge(req, res, max);
+    return Promise.resolve(null);
+  }
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer): void => {
+      size += chunk.length;
+      if (size > max) {
+        req.off('data', onData);
+        tooLarge(req, res, max);
+        resolve(null);
+        return;
+      }
+      chunks.push(chunk);
+    };
+    req.on('data', onData);
+    req.once('end', () => resolve(size > max ? null : Buffer.concat(chunks, size)));
+    req.once('error', () => resolve(null));
+    req.once('close', () => resolve(null)); // no-op after 'end' resolved
+  });
+}
+
+function tooLarge(req: IncomingMessage, res: ServerResponse, max: number): void {
+  reply(res, 413, `the body is larger than ${max} bytes (maxBodyBytes)`, { connection: 'close' });
+  req.resume(); // read and drop the rest so that the sender sees the answer
+}
+
+function reply(res: ServerResponse, status: number, text: string, extra: Record<string, string> = {}): void {
+  if (res.headersSent) return;
+  if (status === 204) {
+    res.writeHead(204, extra).end();
+    return;
+  }
+  const body = Buffer.from(text, 'utf8');
+  res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': String(body.length), ...extra }).end(body);
+}
+
+export interface ListenOptions {
+  /** Default: 0 (a free port). */
+  readonly port?: number;
+  /** Default: '127.0.0.1' (this machine only). */
+  readonly host?: string;
+}
+
+/**
+ * Serves `handler` (a webhook receiver or any `node:http` request handler) on
+ * 127.0.0.1 and a free port unless told otherwise.
+ *
+ * @example
+ * const { url, close } = await listenWebhookReceiver(createWebhookReceiver({ secret, onEvent }), { port: 0 });
+ * const transport = new HttpTransport({ endpoints: { orders: `${url}/orders` }, secret });
+ */
+export async function listenWebhookReceiver(
+  handler: (req: IncomingMessage, res: ServerResponse) => void,
+  options: ListenOptions = {},
+): Promise<ListeningWebhookReceiver> {
+  const server = createServer(handler);
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+  const hostPart = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  // Answers in progress when close() is called say `connection: close`, so that close() need not wait for keep-alive timeouts.
+  const answering = new Set<ServerResponse>();
+  let closing: Promise<void> | null = null;
+  server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
+    if (closing && !res.headersSent) res.setHeader('connection', 'close');
+    answering.add(res);
+    res.once('close', () => answering.delete(res));
+  });
+  return {
+    url: `http://${hostPart}:${address.port}`,
+    port: address.port,
+    server,
+    close() {
+      closing ??= new Promise<void>((resolve, reject) => {
+        server.close((err) => (err ? reject(err) : resolve()));
+        server.closeIdleConnections();
+        for (const res of answering) if (!res.headersSent) res.setHeader('connection', 'close');
+      });
+      return closing;
+    },
+  };
+}
+
+function toKeys(secret: WebhookSecret | readonly WebhookSecret[]): WebhookSecret[] {
+  const list = Array.isArray(secret) ? (secret as readonly WebhookSecret[]) : [secret as WebhookSecret];
+  if (list.length === 0) throw new ConfigError('secret', 'is an empty list; pass at least one secret or leave it out');
+  return list.map((s, i) => webhookKey(s, list.length > 1 ? `secret[${i}]` : 'secret'));
+}
+
+function int(field: string, value: number | undefined, fallback: number, min: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value < min) throw new ConfigError(field, `must be an integer >= ${min}, got ${String(value)}`);
+  return value;
+}

@@ -1,0 +1,97 @@
+import { Agent as HttpAgent } from 'node:http';
+import { Agent as HttpsAgent } from 'node:https';
+import type { OutboxEvent } from '../../core/envelope.ts';
+import type { PublishOutcome, Transport } from '../../core/ports.ts';
+import { fail } from './http-outcomes.ts';
+import { PublishCall, type PublishContext } from './http-publish-call.ts';
+import { resolveHttpTransportOptions, type HttpTransportOptions, type ResolvedHttpTransportOptions } from './http-transport-options.ts';
+
+export {
+  resolveHttpTransportOptions,
+  type HttpTransportOptions,
+  type HttpTransportTlsOptions,
+  type ResolvedHttpEndpoint,
+  type ResolvedHttpTransportOptions,
+} from './http-transport-options.ts';
+
+/**
+ * Publishes each event as one signed HTTP POST (a webhook) to its
+ * destination's endpoint. A 2xx answer is the ack; 408, 425, 429, 5xx,
+ * timeouts and connection failures are retriable (Retry-After honoured);
+ * other 4xx and every 3xx are permanent. Events of one call go out
+ * concurrently over a keep-alive pool.
+ *
+ * @example
+ * const transport = new HttpTransport({
+ *   endpoints: { orders: 'https://hooks.example.com/orders' },
+ *   secret: process.env.WEBHOOK_SECRET, // 'whsec_...'
+ * });
+ * const relay = createRelay({ store, transport });
+ */
+export class HttpTransport implements Transport {
+  readonly name = 'http';
+  readonly #options: ResolvedHttpTransportOptions;
+  readonly #inFlight = new Set<Promise<unknown>>();
+  #ctx: PublishContext;
+  #closing: Promise<void> | null = null;
+
+  /** Throws ConfigError naming the field when an option is invalid. */
+  constructor(options: HttpTransportOptions) {
+    this.#options = resolveHttpTransportOptions(options);
+    this.#ctx = this.#openContext();
+  }
+
+  /** Nothing to connect: options were checked by the constructor. Reopens the pool after `close()`. */
+  async start(signal?: AbortSignal): Promise<void> {
+    signal?.throwIfAborted();
+    if (this.#closing) {
+      await this.#closing;
+      this.#closing = null;
+      this.#ctx = this.#openContext();
+    }
+  }
+
+  /**
+   * Sends every event at once and resolves with one outcome per event in
+   * input order. Never rejects for a failed event. Aborting `signal`
+   * destroys requests still waiting and makes their outcomes retriable.
+   */
+  publish(events: readonly OutboxEvent[], signal: AbortSignal): Promise<PublishOutcome[]> {
+    if (this.#closing) {
+      const outcome = fail('retriable', 'the HTTP transport is closed; call start() to reopen it');
+      return Promise.resolve(events.map(() => outcome));
+    }
+    const done = new PublishCall(this.#ctx, events, signal).run();
+    this.#inFlight.add(done);
+    void done.finally(() => this.#inFlight.delete(done));
+    return done;
+  }
+
+  /** Waits for in-flight publishes to settle (each is bounded by timeoutMs), then destroys the socket pool. */
+  close(): Promise<void> {
+    this.#closing ??= this.#close();
+    return this.#closing;
+  }
+
+  async #close(): Promise<void> {
+    await Promise.allSettled([...this.#inFlight]);
+    this.#ctx.httpAgent?.destroy();
+    this.#ctx.httpsAgent?.destroy();
+  }
+
+  #openContext(): PublishContext {
+    const o = this.#options;
+    const pool = { keepAlive: true, maxSockets: o.maxSockets, maxFreeSockets: o.maxSockets, scheduling: 'lifo' } as const;
+    let http = false;
+    let https = false;
+    for (const e of o.endpoints.values()) {
+      if (e.secure) https = true;
+      else http = true;
+    }
+    return {
+      options: o,
+      httpAgent: http ? new HttpAgent(pool) : null,
+      httpsAgent: https ? new HttpsAgent({ ...o.tls, ...pool }) : null,
+    };
+  }
+}
