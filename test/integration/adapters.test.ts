@@ -1,0 +1,148 @@
+/**
+ * The executor seam with the app's own client or ORM transaction: pg, PGlite,
+ * Kysely, Knex and Drizzle, plus the unit-of-work helper with aggregates
+ * that collect domain events (the Order and Contact examples).
+ */
+import { after, before, it } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { CompiledQuery, Kysely, PostgresDialect } from 'kysely';
+import knexFactory from 'knex';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import { sql } from 'drizzle-orm';
+import { createOutbox, defineEvent, DomainEvents, fromDrizzle, fromKnex, fromKysely, fromPg, payloadType, UnitOfWork } from 'txbox';
+import { PostgresOutboxStore } from 'txbox/postgres';
+import { DATABASE_URL, openDb, type TestDb } from '../helpers/databases.ts';
+
+const ContactCreated = defineEvent({ type: 'ContactCreated', aggregateType: 'Contact', destination: 'contacts', payload: payloadType<{ email: string }>() });
+const OrderPlaced = defineEvent({ type: 'OrderPlaced', aggregateType: 'Order', destination: 'orders', payload: payloadType<{ total: number }>() });
+const OrderCancelled = defineEvent({ type: 'OrderCancelled', aggregateType: 'Order', destination: 'orders', payload: payloadType<{ reason: string }>() });
+
+let db: TestDb;
+let pool: pg.Pool;
+let outbox: ReturnType<typeof createOutbox>;
+
+before(async () => {
+  db = await openDb('postgres');
+  pool = new pg.Pool({ connectionString: DATABASE_URL, max: 4 });
+  await pool.query(`CREATE TABLE "${db.schema}".contacts (id text PRIMARY KEY, email text NOT NULL)`);
+  outbox = createOutbox({ store: new PostgresOutboxStore({ schema: db.schema }), events: [ContactCreated, OrderPlaced, OrderCancelled] });
+});
+after(async () => {
+  await pool.end();
+  await db.close();
+});
+
+async function count(aggregateId: string): Promise<number> {
+  const rows = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE aggregate_id = $1`, [aggregateId]);
+  return rows[0]!.n;
+}
+
+it('pg PoolClient: commit keeps both, rollback keeps neither', async () => {
+  for (const outcome of ['COMMIT', 'ROLLBACK']) {
+    const client = await pool.connect();
+    const id = `pg-${outcome}`;
+    await client.query('BEGIN');
+    await client.query(`INSERT INTO "${db.schema}".contacts VALUES ($1, 'a@b.c')`, [id]);
+    await outbox.enqueue(fromPg(client), ContactCreated({ aggregateId: id, payload: { email: 'a@b.c' } }));
+    await client.query(outcome);
+    client.release();
+    assert.equal(await count(id), outcome === 'COMMIT' ? 1 : 0);
+  }
+});
+
+it('Kysely transaction', async () => {
+  const kysely = new Kysely<Record<string, never>>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: DATABASE_URL, max: 2 }) }) });
+  try {
+    await kysely.transaction().execute(async (trx) => {
+      await trx.executeQuery(CompiledQuery.raw(`INSERT INTO "${db.schema}".contacts VALUES ('kysely', 'k@b.c')`));
+      await outbox.enqueue(fromKysely(trx, CompiledQuery), ContactCreated({ aggregateId: 'kysely', payload: { email: 'k@b.c' } }));
+    });
+    await assert.rejects(
+      kysely.transaction().execute(async (trx) => {
+        await outbox.enqueue(fromKysely(trx, CompiledQuery), ContactCreated({ aggregateId: 'kysely-rb', payload: { email: 'k@b.c' } }));
+        throw new Error('rollback');
+      }),
+    );
+  } finally {
+    await kysely.destroy();
+  }
+  assert.equal(await count('kysely'), 1);
+  assert.equal(await count('kysely-rb'), 0);
+});
+
+it('Knex transaction', async () => {
+  const knex = knexFactory({ client: 'pg', connection: DATABASE_URL, pool: { min: 0, max: 2 } });
+  try {
+    await knex.transaction(async (trx) => {
+      await trx.raw(`INSERT INTO "${db.schema}".contacts VALUES (?, ?)`, ['knex', 'n@b.c']);
+      await outbox.enqueue(fromKnex(trx), ContactCreated({ aggregateId: 'knex', payload: { email: 'n@b.c' } }));
+    });
+  } finally {
+    await knex.destroy();
+  }
+  assert.equal(await count('knex'), 1);
+});
+
+it('Drizzle transaction', async () => {
+  const drizzlePool = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
+  const orm = drizzle(drizzlePool);
+  try {
+    await orm.transaction(async (tx) => {
+      await tx.execute(sql.raw(`INSERT INTO "${db.schema}".contacts VALUES ('drizzle', 'd@b.c')`));
+      await outbox.enqueue(fromDrizzle(tx, sql), ContactCreated({ aggregateId: 'drizzle', payload: { email: 'd@b.c' } }));
+    });
+  } finally {
+    await drizzlePool.end();
+  }
+  assert.equal(await count('drizzle'), 1);
+});
+
+class Order {
+  readonly events = new DomainEvents();
+  private constructor(readonly id: string, public status: string) {}
+  static place(id: string, total: number): Order {
+    const o = new Order(id, 'placed');
+    o.events.record(OrderPlaced({ aggregateId: id, version: 1, payload: { total } }));
+    return o;
+  }
+  cancel(reason: string): void {
+    this.status = 'cancelled';
+    this.events.record(OrderCancelled({ aggregateId: this.id, version: 2, payload: { reason } }));
+  }
+}
+
+class Contact {
+  readonly events = new DomainEvents();
+  constructor(readonly id: string, readonly email: string) {
+    this.events.record(ContactCreated({ aggregateId: id, payload: { email } }));
+  }
+}
+
+it('unit of work writes the events aggregates recorded, in order, with the business rows', async () => {
+  const client = await pool.connect();
+  try {
+    const uow = new UnitOfWork(outbox);
+    await client.query('BEGIN');
+    const order = uow.track(Order.place('uow-order', 42));
+    order.cancel('changed mind');
+    const contact = uow.track(new Contact('uow-contact', 'c@b.c'));
+    await client.query(`INSERT INTO "${db.schema}".contacts VALUES ($1, $2)`, [contact.id, contact.email]);
+    const ids = await uow.flush(client);
+    await client.query('COMMIT');
+    assert.equal(ids.length, 3);
+    assert.equal(order.events.size, 0, 'events are taken off the aggregate once written');
+  } finally {
+    client.release();
+  }
+  const rows = await db.query<{ type: string }>(`SELECT type FROM "${db.schema}".outbox WHERE aggregate_id IN ('uow-order', 'uow-contact') ORDER BY seq`);
+  assert.deepEqual(rows.map((r) => r.type), ['OrderPlaced', 'OrderCancelled', 'ContactCreated']);
+});
+
+it('a failed unit-of-work flush keeps the events for a retry', async () => {
+  const uow = new UnitOfWork(outbox);
+  const order = uow.track(Order.place('uow-fail', 1));
+  const broken = { query: async () => { throw new Error('connection lost'); } };
+  await assert.rejects(uow.flush(broken), /connection lost/);
+  assert.equal(order.events.size, 1);
+});
