@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite: typecheck, then unit, integration, e2e and CLI tests
+# against the real services on 127.0.0.1. `npm test` runs this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+[ -d node_modules ] || npm ci --no-audit --no-fund
+bash scripts/services.sh
+if [ -x scripts/kafka/up.sh ] && ls test/**/kafka* test/*/kafka* >/dev/null 2>&1; then bash scripts/kafka/up.sh; fi
+
+echo "typecheck..."
+npx tsc -p tsconfig.json --noEmit
+
+mapfile -t files < <(find test -name '*.test.ts' | sort)
+if [ "$#" -gt 0 ]; then files=("$@"); fi
+echo "running ${#files[@]} test files"
+exec node --conditions=development --import tsx --test --test-concurrency="${TXBOX_TEST_CONCURRENCY:-2}" --test-timeout=300000 "${files[@]}"
