@@ -17,4 +17,5 @@ export type { StandardSchemaV1 } from './core/standard-schema.ts';
 export { uuidv7, isUuid } from './core/uuid.ts';
 export { keyHash } from './core/emitter.ts';
 export { Relay, createRelay, type RelayEvents } from './relay/relay.ts';
-export type { RelayOptions, ResolvedRelayOptions } from './relay/relay-options.ts';
+export type { RelayOptions, ResolvedRelayOptions, RetentionOptions } from './relay/relay-options.ts';
+export type { RouteOptions } from './relay/routes.ts';

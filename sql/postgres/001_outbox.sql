@@ -29,7 +29,9 @@ CREATE TABLE IF NOT EXISTS {{schema}}.{{table}} (
   -- When the event left the queue: published or skipped. Retention keys on it.
   done_at         timestamptz,
   -- Set on rows written by `txbox replay`: the replay they belong to.
-  replay_id       uuid
+  replay_id       uuid,
+  -- Routes that already acked this event, when a relay publishes to several transports.
+  routes_done     text[]      NOT NULL DEFAULT '{}'
 );
 
 -- One row per event id, except replays, which re-send an id on purpose.

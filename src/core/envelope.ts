@@ -32,6 +32,8 @@ export interface StoredEvent extends OutboxEvent {
   readonly bucket: number;
   /** Publish attempts made so far (persisted across restarts). */
   readonly attempts: number;
+  /** Routes that already acked this event (when a relay publishes to several transports). */
+  readonly routesDone: readonly string[];
 }
 
 /** The default ordering key of an aggregate. */

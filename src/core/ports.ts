@@ -59,8 +59,8 @@ export interface RelayHeartbeat {
 /** The outcome of one claimed event, reported back to the store. */
 export type Completion =
   | { readonly seq: number; readonly token: string; readonly outcome: 'published' }
-  | { readonly seq: number; readonly token: string; readonly outcome: 'retry'; readonly delayMs: number; readonly error: string }
-  | { readonly seq: number; readonly token: string; readonly outcome: 'park'; readonly error: string };
+  | { readonly seq: number; readonly token: string; readonly outcome: 'retry'; readonly delayMs: number; readonly error: string; readonly routesAcked?: readonly string[] }
+  | { readonly seq: number; readonly token: string; readonly outcome: 'park'; readonly error: string; readonly routesAcked?: readonly string[] };
 
 export interface ClaimOptions {
   /** At most this many events. */
@@ -85,6 +85,8 @@ export interface RelayStore {
   lease(relayId: string, held: readonly BucketLease[], acquire: number, ttlMs: number): Promise<BucketLease[]>;
   /** Gives buckets back at once, so that other relays need not wait for expiry. */
   release(relayId: string, leases: readonly BucketLease[]): Promise<void>;
+  /** Graceful stop: frees every bucket of the relay and removes it from the live relays, so the others rebalance at once. */
+  leave(relayId: string): Promise<void>;
   /**
    * Returns publishable events of the leased buckets in outbox order. An event is
    * publishable when it is pending, not backing off, and no earlier event of its
@@ -93,7 +95,8 @@ export interface RelayStore {
    */
   claim(leases: readonly BucketLease[], options: ClaimOptions): Promise<StoredEvent[]>;
   /**
-   * Applies outcomes in one statement, fenced: a row changes only if the relay
+   * Applies outcomes in one statement, fenced (`routesAcked` of a failed
+   * event are remembered so those routes are not sent it again): a row changes only if the relay
    * still holds its bucket with the same token and the lease has not expired.
    * Returns how many were applied; the rest were rejected by the fence.
    */

@@ -93,12 +93,12 @@ export class LeaseKeeper {
     }
   }
 
-  /** Gives every lease back (graceful stop). */
-  async releaseAll(): Promise<number> {
-    const all = [...this.#held].map(([bucket, h]) => ({ bucket, token: h.token }));
+  /** Gives every lease back and leaves the live relays (graceful stop). */
+  async leave(): Promise<number> {
+    const n = this.#held.size;
     this.#held.clear();
-    await this.store.release(this.relayId, all);
-    return all.length;
+    await this.store.leave(this.relayId);
+    return n;
   }
 
   get size(): number {

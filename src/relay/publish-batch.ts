@@ -2,9 +2,10 @@ import type { StoredEvent } from '../core/envelope.ts';
 import { TransportError, toTransportError } from '../core/errors.ts';
 import type { Completion, PublishOutcome, Transport } from '../core/ports.ts';
 import { retryDelay, type ResolvedRetryOptions } from '../core/retry.ts';
+import { publishToRoutes, type ResolvedRoute, type RoutedOutcome } from './routes.ts';
 
 export interface BatchContext {
-  readonly transport: Transport;
+  readonly routes: readonly ResolvedRoute[];
   readonly retry: ResolvedRetryOptions;
   readonly publishTimeoutMs: number;
   /** Aborted when the relay must stop now. */
@@ -53,7 +54,7 @@ export async function publishBatch(events: readonly StoredEvent[], ctx: BatchCon
         if (q.length === 0) queues.delete(event.key);
         continue;
       }
-      const failure = failureCompletion(event, token, outcome.error, ctx.retry);
+      const failure = failureCompletion(event, token, outcome.error!, ctx.retry, outcome.acked);
       completions.push(failure);
       ctx.onFailure?.(event, failure);
       queues.delete(event.key); // the rest of this key waits for the retry
@@ -62,20 +63,26 @@ export async function publishBatch(events: readonly StoredEvent[], ctx: BatchCon
   return completions;
 }
 
-async function publishWave(wave: StoredEvent[], ctx: BatchContext): Promise<PublishOutcome[] | null> {
+async function publishWave(wave: StoredEvent[], ctx: BatchContext): Promise<RoutedOutcome[] | null> {
+  const outcomes = await publishToRoutes(wave, ctx.routes, (transport, events) => callTransport(transport, events, ctx));
+  return ctx.signal.aborted ? null : outcomes;
+}
+
+/** One transport call with the publish timeout; failures of the whole call become per-event outcomes. */
+async function callTransport(transport: Transport, events: StoredEvent[], ctx: BatchContext): Promise<PublishOutcome[]> {
   const signal = AbortSignal.any([ctx.signal, AbortSignal.timeout(ctx.publishTimeoutMs)]);
   try {
-    const outcomes = await untilAborted(ctx.transport.publish(wave, signal), signal);
-    if (outcomes.length !== wave.length) {
-      throw new Error(`transport ${ctx.transport.name} returned ${outcomes.length} outcomes for ${wave.length} events`);
+    const outcomes = await untilAborted(transport.publish(events, signal), signal);
+    if (outcomes.length !== events.length) {
+      throw new Error(`transport ${transport.name} returned ${outcomes.length} outcomes for ${events.length} events`);
     }
     return outcomes;
   } catch (err) {
-    if (ctx.signal.aborted) return null;
-    const error = signal.aborted
-      ? new TransportError('retriable', `publish timed out after ${ctx.publishTimeoutMs} ms`, { cause: err })
-      : toTransportError(err);
-    return wave.map(() => ({ ok: false, error }));
+    const error =
+      signal.aborted && !ctx.signal.aborted
+        ? new TransportError('retriable', `publish timed out after ${ctx.publishTimeoutMs} ms`, { cause: err })
+        : toTransportError(err);
+    return events.map(() => ({ ok: false, error }));
   }
 }
 
@@ -84,14 +91,16 @@ function failureCompletion(
   token: string,
   error: TransportError,
   retry: ResolvedRetryOptions,
+  routesAcked: readonly string[],
 ): Completion & { outcome: 'retry' | 'park' } {
   const attempt = event.attempts + 1;
   const message = `${error.kind}: ${error.message}`.slice(0, 2000);
-  if (error.kind === 'permanent') return { seq: event.seq, token, outcome: 'park', error: message };
+  const base = { seq: event.seq, token, routesAcked };
+  if (error.kind === 'permanent') return { ...base, outcome: 'park', error: message };
   if (attempt >= retry.maxAttempts) {
-    return { seq: event.seq, token, outcome: 'park', error: `gave up after ${attempt} attempts; last error ${message}` };
+    return { ...base, outcome: 'park', error: `gave up after ${attempt} attempts; last error ${message}` };
   }
-  return { seq: event.seq, token, outcome: 'retry', delayMs: retryDelay(retry, attempt, error.retryAfterMs), error: message };
+  return { ...base, outcome: 'retry', delayMs: retryDelay(retry, attempt, error.retryAfterMs), error: message };
 }
 
 /** Settles with `promise`, or rejects when `signal` aborts first (a transport that ignores its signal cannot hang the relay). */

@@ -3,14 +3,22 @@ import { ConfigError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import { silentLogger } from '../core/logger.ts';
 import type { RelayStore, Transport } from '../core/ports.ts';
+import { resolveRoutes, type ResolvedRoute, type RouteOptions } from './routes.ts';
 import { resolveRetryOptions, type ResolvedRetryOptions, type RetryOptions } from '../core/retry.ts';
 import { uuidv7 } from '../core/uuid.ts';
 
 export interface RelayOptions {
   /** Where events are claimed and marked, e.g. `new PostgresRelayStore(...)`. Required. */
   readonly store: RelayStore;
-  /** Where events are published, e.g. `new HttpTransport(...)`. Required. */
-  readonly transport: Transport;
+  /** Where events are published, e.g. `new HttpTransport(...)`. Give this or `routes`. */
+  readonly transport?: Transport;
+  /**
+   * A route table, to publish to several transports (e.g. HTTP and Kafka side by
+   * side during a migration). An event is marked published once every route
+   * that matches it acked; delivery state is kept per route, so a failing route
+   * retries alone and the others do not re-send.
+   */
+  readonly routes?: readonly RouteOptions[];
   /** A name for this relay in leases, logs and status. Default: `<host>-<pid>-<random>`. */
   readonly relayId?: string;
   /** Events claimed per batch. Default: 500. */
@@ -54,7 +62,7 @@ export interface ResolvedRetentionOptions {
 
 export interface ResolvedRelayOptions {
   readonly store: RelayStore;
-  readonly transport: Transport;
+  readonly routes: readonly ResolvedRoute[];
   readonly relayId: string;
   readonly batchSize: number;
   readonly lanes: number;
@@ -80,9 +88,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
   if (!options?.store || typeof options.store.claim !== 'function') {
     throw new ConfigError('store', 'is required: pass a relay store such as new PostgresRelayStore({ connection })');
   }
-  if (!options.transport || typeof options.transport.publish !== 'function') {
-    throw new ConfigError('transport', 'is required: pass a transport such as new HttpTransport({ endpoints })');
-  }
+  const routes = resolveRoutes(options.transport, options.routes);
   const relayId = options.relayId ?? `${hostname()}-${process.pid}-${uuidv7().slice(-6)}`;
   if (typeof relayId !== 'string' || !/^[\w.:@-]{1,120}$/.test(relayId)) {
     throw new ConfigError('relayId', 'must be 1-120 characters of letters, digits and . _ : @ -');
@@ -94,7 +100,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
   }
   return Object.freeze({
     store: options.store,
-    transport: options.transport,
+    routes: Object.freeze(routes),
     relayId,
     batchSize: int('batchSize', options.batchSize, 500, 1, 10_000),
     lanes: int('lanes', options.lanes, 2, 1, 64),

@@ -74,7 +74,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     this.#state = 'running';
     this.#stopClaiming = new AbortController();
     this.#stopNow = new AbortController();
-    await this.options.transport.start?.(this.#stopNow.signal);
+    for (const r of this.options.routes) await r.transport.start?.(this.#stopNow.signal);
     await this.#tickLeases();
     this.#loops = [this.#leaseLoop(), this.#retentionLoop()];
     for (let lane = 0; lane < this.options.lanes; lane++) this.#loops.push(this.#laneLoop(lane));
@@ -103,8 +103,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     this.#stopClaiming.abort();
     this.#state = 'stopping';
     await Promise.allSettled(this.#loops);
-    await this.options.store.close().catch(() => {});
-    await this.options.transport.close().catch(() => {});
+    await this.#closeAll();
   }
 
   async #stop(): Promise<void> {
@@ -116,13 +115,17 @@ export class Relay extends TypedEmitter<RelayEvents> {
     clearTimeout(timer);
     let releasedBuckets = 0;
     try {
-      releasedBuckets = await this.#leases.releaseAll();
+      releasedBuckets = await this.#leases.leave();
     } catch (err) {
       this.options.logger.warn({ err: (err as Error).message }, 'txbox relay: could not release leases; they expire by themselves');
     }
-    await this.options.store.close().catch(() => {});
-    await this.options.transport.close().catch(() => {});
+    await this.#closeAll();
     this.emit('stopped', { relayId: this.relayId, releasedBuckets });
+  }
+
+  async #closeAll(): Promise<void> {
+    await this.options.store.close().catch(() => {});
+    await Promise.all(this.options.routes.map((r) => r.transport.close().catch(() => {})));
   }
 
   async #tickLeases(): Promise<void> {
@@ -201,7 +204,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       this.#inFlight += events.length;
       try {
         const completions = await publishBatch(events, {
-          transport: this.options.transport,
+          routes: this.options.routes,
           retry: this.options.retry,
           publishTimeoutMs: this.options.publishTimeoutMs,
           signal: this.#stopNow.signal,

@@ -61,7 +61,7 @@ async function rowsById(db: TestDb): Promise<Map<string, { state: string; attemp
   return new Map(rows.map((r) => [r.id, r]));
 }
 
-const events = (def: typeof Placed, count: number, from = 0): NewEvent<{ n: number }>[] =>
+const events = (def: typeof Placed | typeof Shipped | typeof Rejected, count: number, from = 0): NewEvent<{ n: number }>[] =>
   Array.from({ length: count }, (_, i) => def({ aggregateId: `a${from + i}`, payload: { n: from + i } }));
 
 describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {

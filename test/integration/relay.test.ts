@@ -153,6 +153,49 @@ for (const kind of BACKENDS) {
       assert.equal(transport.acked[0]!.id, ids[1]);
     });
 
+    it('routes to two transports: marked published only when both acked; a failing route retries alone', async () => {
+      await db.query(`TRUNCATE "${db.schema}".outbox`);
+      const outbox = setup(db);
+      const committed = await produce(db, outbox, 10, 5);
+      const healthy = new RecordingTransport();
+      const flaky = new RecordingTransport({ fail: (_e, attempt) => (attempt <= 2 ? new TransportError('retriable', 'broker down') : undefined) });
+      const relay = createRelay({
+        store: new PostgresRelayStore({ schema: db.schema, connection: db.connection }),
+        routes: [
+          { name: 'http', transport: healthy },
+          { name: 'kafka', transport: flaky, destinations: ['orders'] },
+        ],
+        pollIntervalMs: 50,
+        retry: { baseDelayMs: 10, maxDelayMs: 50, maxAttempts: 10 },
+      });
+      await relay.start();
+      await waitFor('both routes have everything', () => new Set(flaky.acked.map((e) => e.id)).size === 50 && healthy.acked.length >= 50);
+      await waitFor('all marked', async () => (await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE state <> 'published'`))[0]!.n === 0);
+      await relay.stop();
+      assert.equal(healthy.acked.length, 50, 'the healthy route never re-sent');
+      for (const t of [healthy, flaky]) {
+        const r = checkDeliveries(committed, t.acked);
+        assert.equal(r.lost, 0);
+        assert.equal(r.orderViolations, 0);
+      }
+      const [row] = await db.query<{ routes: string[] }>(`SELECT routes_done AS routes FROM "${db.schema}".outbox LIMIT 1`);
+      assert.deepEqual(row!.routes, ['http'], 'the healthy route was remembered while the other retried');
+    });
+
+    it('parks an event that no route takes', async () => {
+      await db.query(`TRUNCATE "${db.schema}".outbox`);
+      const outbox = setup(db);
+      await db.transaction((tx) => outbox.enqueue(tx, Poison({ aggregateId: 9, payload: { n: 0 } })));
+      const relay = createRelay({
+        store: new PostgresRelayStore({ schema: db.schema, connection: db.connection }),
+        routes: [{ name: 'orders-only', transport: new RecordingTransport(), destinations: ['orders'] }],
+        pollIntervalMs: 50,
+      });
+      await relay.start();
+      await waitFor('parked', async () => (await db.query(`SELECT 1 FROM "${db.schema}".outbox WHERE state = 'parked' AND last_error LIKE '%no route for destination "poison"%'`)).length === 1);
+      await relay.stop();
+    });
+
     it('stops gracefully: in-flight batch finishes and leases are released', async () => {
       await db.query(`TRUNCATE "${db.schema}".outbox`);
       const outbox = setup(db);

@@ -7,6 +7,7 @@ import {
   completeSql,
   heartbeatSql,
   leaseSql,
+  leaveSql,
   postgresNames,
   releaseSql,
   type PostgresNames,
@@ -37,6 +38,7 @@ interface EventRow {
   occurred_at: Date | string;
   version: string | number | null;
   attempts: number;
+  routes_done: string[] | null;
 }
 
 export function rowToEvent(r: EventRow): StoredEvent {
@@ -54,6 +56,7 @@ export function rowToEvent(r: EventRow): StoredEvent {
     occurredAt: r.occurred_at instanceof Date ? r.occurred_at : new Date(r.occurred_at),
     version: r.version === null ? null : Number(r.version),
     attempts: r.attempts,
+    routesDone: r.routes_done ?? [],
   };
 }
 
@@ -63,7 +66,7 @@ const OUTCOME_CODE = { published: 0, retry: 1, park: 2 } as const;
 export class PostgresRelayStore implements RelayStore {
   readonly names: PostgresNames;
   readonly #db: PostgresConnection;
-  readonly #sql: { heartbeat: string; lease: string; release: string; claim: string; complete: string };
+  readonly #sql: { heartbeat: string; lease: string; release: string; leave: string; claim: string; complete: string };
   readonly #waiters = new Set<() => void>();
   #unlisten: (() => Promise<void>) | undefined;
   #listening: Promise<void> | undefined;
@@ -76,6 +79,7 @@ export class PostgresRelayStore implements RelayStore {
       heartbeat: heartbeatSql(this.names),
       lease: leaseSql(this.names),
       release: releaseSql(this.names),
+      leave: leaveSql(this.names),
       claim: claimSql(this.names),
       complete: completeSql(this.names, options.deleteOnPublish ?? false),
     };
@@ -110,6 +114,10 @@ export class PostgresRelayStore implements RelayStore {
     await this.#db.query(this.#sql.release, [relayId, leases.map((l) => l.bucket), leases.map((l) => l.token)]);
   }
 
+  async leave(relayId: string): Promise<void> {
+    await this.#db.query(this.#sql.leave, [relayId]);
+  }
+
   async claim(leases: readonly BucketLease[], options: ClaimOptions): Promise<StoredEvent[]> {
     if (leases.length === 0) return [];
     const { rows } = await this.#db.query<EventRow>(this.#sql.claim, [
@@ -127,14 +135,16 @@ export class PostgresRelayStore implements RelayStore {
     const outcomes: number[] = [];
     const delays: number[] = [];
     const errors: (string | null)[] = [];
+    const routes: string[] = [];
     for (const c of completions) {
       seqs.push(c.seq);
       tokens.push(c.token);
       outcomes.push(OUTCOME_CODE[c.outcome]);
       delays.push(c.outcome === 'retry' ? Math.min(c.delayMs, 2 ** 31 - 1) : 0);
       errors.push(c.outcome === 'published' ? null : c.error.slice(0, 2000));
+      routes.push(c.outcome === 'published' ? '' : (c.routesAcked ?? []).join(','));
     }
-    const { rows } = await this.#db.query<{ applied: number }>(this.#sql.complete, [relayId, seqs, tokens, outcomes, delays, errors]);
+    const { rows } = await this.#db.query<{ applied: number }>(this.#sql.complete, [relayId, seqs, tokens, outcomes, delays, errors, routes]);
     const applied = rows[0]!.applied;
     return { applied, rejected: completions.length - applied };
   }

@@ -50,7 +50,7 @@ export function postgresNames(options: PostgresNamesOptions = {}, field = ''): P
 }
 
 const EVENT_COLUMNS = `o.seq, o.id, o.type, o.aggregate_type, o.aggregate_id, o.key, o.bucket, o.destination,
-  o.payload, o.headers, o.occurred_at, o.version, o.attempts`;
+  o.payload, o.headers, o.occurred_at, o.version, o.attempts, o.routes_done`;
 
 export { EVENT_COLUMNS };
 
@@ -115,6 +115,14 @@ FROM unnest($2::smallint[], $3::bigint[]) AS h(bucket, token)
 WHERE b.bucket = h.bucket AND b.token = h.token AND b.owner = $1`;
 }
 
+/** $1 relay id. */
+export function leaveSql(n: PostgresNames): string {
+  return `WITH freed AS (
+  UPDATE ${n.buckets} SET owner = NULL, lease_until = NULL WHERE owner = $1 RETURNING 1
+)
+DELETE FROM ${n.relays} WHERE relay_id = $1`;
+}
+
 /**
  * $1 buckets, $2 limit, $3 destinations whose parked events do not block.
  * The query lives in the `<table>_claim` function of the migration (see there why).
@@ -125,7 +133,7 @@ export function claimSql(n: PostgresNames): string {
 
 /**
  * $1 relay id, $2 seqs, $3 tokens, $4 outcomes (0 published, 1 retry, 2 park),
- * $5 retry delays ms, $6 errors. Fenced: applies only rows whose bucket the
+ * $5 retry delays ms, $6 errors, $7 routes acked (comma-joined). Fenced: applies only rows whose bucket the
  * relay still holds under the same token, with the lease unexpired by the
  * database clock; the lease rows are share-locked so that no other relay can
  * take them over while this statement runs.
@@ -140,8 +148,8 @@ export function completeSql(n: PostgresNames, deleteOnPublish: boolean): string 
   WHERE i.outcome = 0 AND o.seq = i.seq AND f.token = i.token AND o.bucket = f.bucket AND o.state = 'pending'
   RETURNING 1`;
   return `WITH input AS (
-  SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::smallint[], $5::integer[], $6::text[])
-    AS i(seq, token, outcome, delay_ms, error)
+  SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::smallint[], $5::integer[], $6::text[], $7::text[])
+    AS i(seq, token, outcome, delay_ms, error, routes)
 ), fence AS (
   SELECT b.bucket, b.token FROM ${n.buckets} b
   WHERE b.owner = $1 AND b.lease_until > now() AND b.token IN (SELECT token FROM input)
@@ -154,7 +162,9 @@ export function completeSql(n: PostgresNames, deleteOnPublish: boolean): string 
     attempts = o.attempts + 1,
     last_error = i.error,
     next_attempt_at = CASE WHEN i.outcome = 1 THEN now() + i.delay_ms * interval '1 millisecond' END,
-    parked_at = CASE WHEN i.outcome = 2 THEN now() ELSE o.parked_at END
+    parked_at = CASE WHEN i.outcome = 2 THEN now() ELSE o.parked_at END,
+    routes_done = CASE WHEN i.routes = '' THEN o.routes_done
+      ELSE ARRAY(SELECT DISTINCT r FROM unnest(o.routes_done || string_to_array(i.routes, ',')) AS r ORDER BY r) END
   FROM input i, fence f
   WHERE i.outcome <> 0 AND o.seq = i.seq AND f.token = i.token AND o.bucket = f.bucket AND o.state = 'pending'
   RETURNING 1
