@@ -367,6 +367,10 @@ describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {
         // Written after the relay started: found by NOTIFY or polling.
         const late = await enqueue(db, events(Shipped, 3, 100));
         await waitFor('late events delivered', () => late.every((id) => receiver.arrivals.some((x) => x.id === id)), 10_000);
+        const live = await db.query<{ relay_id: string }>(`SELECT relay_id FROM "${db.schema}".outbox_relays`);
+        assert.deepEqual(live.map((r) => r.relay_id), ['relay-e2e'], 'the running relay is registered');
+        const [held] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox_buckets WHERE owner = 'relay-e2e'`);
+        assert.ok(held!.n > 0, 'the running relay holds leases');
       } finally {
         const stopping = Date.now();
         relay.child.kill('SIGTERM');
@@ -384,8 +388,8 @@ describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {
       for (const p of parkedErrors) assert.match(p.last_error, /HTTP 400 Bad Request.*unknown order/);
       const [owned] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox_buckets WHERE owner IS NOT NULL`);
       assert.equal(owned!.n, 0, 'leases released');
-      const [relayRow] = await db.query<{ published_total: string }>(`SELECT published_total FROM "${db.schema}".outbox_relays WHERE relay_id = 'relay-e2e'`);
-      assert.ok(relayRow, 'the relay registered itself');
+      const left = await db.query(`SELECT relay_id FROM "${db.schema}".outbox_relays`);
+      assert.deepEqual(left, [], 'a gracefully stopped relay leaves the live set');
     } finally {
       await receiver.close();
       await new Promise<void>((resolve) => rejecting.close(() => resolve()));
