@@ -135,7 +135,7 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
     leaseTtlMs: intField('leaseTtlMs', 'lease-ttl-ms', ENV.leaseTtlMs, fileRelay.leaseTtlMs),
     pollIntervalMs: intField('pollIntervalMs', 'poll-interval-ms', ENV.pollIntervalMs, fileRelay.pollIntervalMs),
     maxAttempts: intField('maxAttempts', 'max-attempts', ENV.maxAttempts, fileRelay.maxAttempts),
-    skipParkedDestinations: skip === undefined ? undefined : skip.startsWith('[') ? (JSON.parse(skip) as string[]) : skip.split(',').filter(Boolean),
+    skipParkedDestinations: skip === undefined ? undefined : parseList(skip, sources.skipParkedDestinations ?? 'skipParkedDestinations'),
     deleteOnPublish,
     keepPublished: pick('keepPublished', 'keep-published', ENV.keepPublished, fileRelay.keepPublished),
   });
@@ -174,6 +174,17 @@ function parsePairs(text: string, source: string): Record<string, string> {
     out[pair.slice(0, eq)] = pair.slice(eq + 1);
   }
   return out;
+}
+
+function parseList(text: string, source: string): string[] {
+  if (!text.startsWith('[')) return text.split(',').map((x) => x.trim()).filter(Boolean);
+  try {
+    const v: unknown = JSON.parse(text);
+    if (Array.isArray(v) && v.every((x) => typeof x === 'string')) return v;
+  } catch {
+    // fall through to the error below
+  }
+  throw new CliError(`${source}: expected a comma-separated list or a JSON array of destination names`);
 }
 
 function str(v: unknown): string | undefined {

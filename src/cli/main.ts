@@ -9,6 +9,7 @@ import { CliError, EXIT } from './cli-error.ts';
 import { GLOBAL_HELP, GLOBAL_OPTIONS, type Command } from './command.ts';
 import { ENV_HELP, loadConfig } from './config.ts';
 import { jsonLogger } from './json-logger.ts';
+import { ConfigError } from '../core/errors.ts';
 import { demoCommand } from './commands/demo.ts';
 import { migrateCommand } from './commands/migrate.ts';
 import { parkedCommand } from './commands/parked.ts';
@@ -85,6 +86,10 @@ export async function main(argv: string[]): Promise<number> {
     if (err instanceof CliError) {
       process.stderr.write(`txbox ${name}: ${err.message}\n`);
       return err.exitCode;
+    }
+    if (err instanceof ConfigError) {
+      process.stderr.write(`txbox ${name}: ${err.message}\n`);
+      return EXIT.usage;
     }
     process.stderr.write(`txbox ${name}: ${(err as Error).message ?? String(err)}\n`);
     return EXIT.failure;

@@ -422,4 +422,28 @@ describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {
     const left = (await demoSchemas()).filter((s) => !beforeSchemas.has(s));
     assert.deepEqual(left, [], 'the PostgreSQL demo drops its schema');
   });
+  it('bad --skip-parked and a non-URL database exit 2; an unreachable demo database exits 3', async () => {
+    const [skip, badUrl, demo] = await Promise.all([
+      runCli(['relay', '--transport', 'http', '--endpoint', 'items=http://127.0.0.1:9/x', '--skip-parked', '[bad', '--database-url', DATABASE_URL]),
+      runCli(['status', '--database-url', 'postgres://u:supersecret@127.0.0.1:99999/x']),
+      runCli(['demo', '--events', '10', '--database-url', 'postgres://u:supersecret@127.0.0.1:1/x']),
+    ]);
+    assert.equal(skip.code, 2, skip.stderr);
+    assert.match(skip.stderr, /--skip-parked/);
+    assert.equal(badUrl.code, 2, badUrl.stderr);
+    assert.match(badUrl.stderr, /databaseUrl/);
+    assert.equal(demo.code, 3, demo.stderr);
+    assert.match(demo.stderr, /cannot reach the database/);
+    for (const r of [badUrl, demo]) assert.doesNotMatch(r.stderr + r.stdout, /supersecret/);
+  });
+
+  it('`txbox demo` stops on the first SIGINT with exit 130 and a summary', async () => {
+    const demo = startCli(['demo', '--events', '200000']);
+    await waitFor('the demo is writing', () => /committed [1-9]/.test(demo.stderr()), 60_000);
+    demo.child.kill('SIGINT');
+    const r = await demo.exited;
+    assert.equal(r.code, 130, r.stderr);
+    assert.match(r.stdout, /interrupted/);
+    assert.match(r.stdout, /phantom\s+0/);
+  });
 });

@@ -34,7 +34,7 @@ Options:
     'crash-relay-every': { type: 'string' },
     transport: { type: 'string' },
   },
-  async run({ flags, config, out }) {
+  async run({ flags, config, out, signal }) {
     const int = (name: string, fallback: number, min: number): number => {
       const v = flags[name];
       if (v === undefined) return fallback;
@@ -56,9 +56,14 @@ Options:
       databaseUrl: config.databaseUrl,
       sink: makeSink(),
       onProgress: (line) => progress.update(line),
+      signal,
     });
     progress.done();
     out(renderReport(report));
+    if (report.interrupted) {
+      out('interrupted: the figures above cover what committed before the signal');
+      return EXIT.interrupted;
+    }
     const ok = report.lost === 0 && report.phantom === 0 && report.orderViolations === 0;
     return ok ? EXIT.ok : EXIT.failure;
   },

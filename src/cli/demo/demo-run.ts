@@ -7,6 +7,7 @@ import { PostgresRelayStore } from '../../stores/postgres/postgres-relay-store.t
 import { migratePostgres } from '../../stores/postgres/postgres-migrations.ts';
 import { postgresNames } from '../../stores/postgres/postgres-sql.ts';
 import { pgConnection } from '../../stores/postgres/pg-connection.ts';
+import { CliError, EXIT, redactUrl } from '../cli-error.ts';
 import { OrderService, RolledBack, type CommittedEvent } from './order-service.ts';
 import type { DemoSink } from './demo-sink.ts';
 
@@ -22,6 +23,8 @@ export interface DemoOptions {
   readonly databaseUrl: string | undefined;
   readonly sink: DemoSink;
   readonly onProgress: (line: string) => void;
+  /** Aborting stops the writers, stops the relay gracefully and reports what happened so far. */
+  readonly signal?: AbortSignal;
 }
 
 export interface DemoReport extends DeliveryReport {
@@ -34,6 +37,8 @@ export interface DemoReport extends DeliveryReport {
   readonly latencyMs: { readonly p50: number; readonly p99: number; readonly max: number };
   /** Committed events still undelivered when the demo gave up waiting. */
   readonly timedOut: boolean;
+  /** Stopped early by a signal. */
+  readonly interrupted: boolean;
 }
 
 const SCHEMA_PREFIX = 'txbox_demo';
@@ -65,6 +70,8 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
     let transactions = 0;
     let rolledBack = 0;
     let committedCount = 0;
+    let inFlight = 0; // transactions started but not finished: no overshoot of o.events
+    const stopped = (): boolean => o.signal?.aborted ?? false;
     let restarts = 0;
     const started = performance.now();
 
@@ -76,12 +83,13 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
       committedCount++;
     };
     const writer = async (): Promise<void> => {
-      while (committedCount < o.events) {
+      while (committedCount + inFlight < o.events && !stopped()) {
         // Real writes arrive through I/O. PGlite runs in this thread and resolves through
         // microtasks only, so without this yield the writers would starve the relay's I/O.
         await new Promise((r) => setImmediate(r));
         const rollback = Math.random() < o.rollbackRate;
         transactions++;
+        inFlight++;
         try {
           if (orders.length < 5 || Math.random() < 0.45) {
             const orderId = randomUUID().slice(0, 13);
@@ -96,6 +104,8 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
         } catch (err) {
           if (!(err instanceof RolledBack)) throw err;
           rolledBack++;
+        } finally {
+          inFlight--;
         }
       }
     };
@@ -125,7 +135,7 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
     // Wait for the relay to deliver everything committed (bounded).
     const deadline = performance.now() + 60_000 + o.crashEveryMs;
     let seenIds = new Set<string>();
-    while (performance.now() < deadline) {
+    while (performance.now() < deadline && !stopped()) {
       seenIds = new Set(o.sink.arrivals.map((a) => a.id));
       if ([...commitTimes.keys()].every((id) => seenIds.has(id))) break;
       await new Promise((r) => setTimeout(r, 50));
@@ -155,7 +165,8 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
       relayRestarts: restarts,
       elapsedMs,
       latencyMs: { p50: q(0.5), p99: q(0.99), max: latencies.at(-1) ?? 0 },
-      timedOut: report.lost > 0,
+      timedOut: report.lost > 0 && !stopped(),
+      interrupted: stopped(),
     };
   } finally {
     await relay?.stop().catch(() => {});
@@ -167,6 +178,12 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
 async function openDemoDatabase(url: string | undefined, schema: string): Promise<{ db: PostgresConnection; label: string; close: (schema: string) => Promise<void> }> {
   if (url) {
     const db = pgConnection({ connectionString: url, maxConnections: 12 });
+    try {
+      await db.query('SELECT 1');
+    } catch (err) {
+      await db.close().catch(() => {});
+      throw new CliError(`cannot reach the database at ${redactUrl(url)}: ${(err as Error).message}`, EXIT.database);
+    }
     return {
       db,
       label: 'PostgreSQL',

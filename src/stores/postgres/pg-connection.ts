@@ -22,9 +22,13 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
   if (options.pool) {
     pool = options.pool;
   } else if (options.connectionString) {
-    if (!/^postgres(ql)?:\/\//.test(options.connectionString)) {
-      throw new ConfigError('databaseUrl', 'must be a postgres:// or postgresql:// URL, e.g. postgres://user@127.0.0.1:5432/app');
+    let valid = /^postgres(ql)?:\/\//.test(options.connectionString);
+    try {
+      new URL(options.connectionString);
+    } catch {
+      valid = false;
     }
+    if (!valid) throw new ConfigError('databaseUrl', 'must be a postgres:// or postgresql:// URL, e.g. postgres://user@127.0.0.1:5432/app');
     pool = new pg.Pool({ connectionString: options.connectionString, max: options.maxConnections ?? 4 });
     owned = true;
   } else {

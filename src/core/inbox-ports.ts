@@ -1,0 +1,35 @@
+import type { OutboxEvent } from './envelope.ts';
+import type { SqlExecutor } from './ports.ts';
+
+/** What became of one received event. */
+export type InboxOutcome =
+  | { readonly status: 'processed' }
+  /** Already processed (or dead) before: the handler did not run. Ack it. */
+  | { readonly status: 'duplicate' }
+  /** No handler for this type: recorded nowhere; ack it. */
+  | { readonly status: 'ignored' }
+  /** Waiting in the inbox for an earlier version (projection gap); ack it. */
+  | { readonly status: 'held' }
+  /** The handler failed; redeliver after `delayMs` (nak with delay). */
+  | { readonly status: 'retry'; readonly delayMs: number; readonly attempts: number; readonly error: string }
+  /** The handler failed `maxAttempts` times: kept in the inbox as dead; ack it (and dead-letter it on the broker). */
+  | { readonly status: 'dead'; readonly attempts: number; readonly error: string };
+
+/** The consumer-side table. */
+export interface InboxStore {
+  /**
+   * Runs `handler` in a transaction that first records (consumer, event id) as
+   * processed; both commit together. Resolves `false` without running the
+   * handler when the id was already processed, dead or held.
+   */
+  runOnce(consumer: string, event: OutboxEvent, handler: (tx: SqlExecutor) => Promise<void>): Promise<boolean>;
+  /** Records a failed attempt (outside the rolled-back transaction); the row turns dead at `maxAttempts`. */
+  recordFailure(consumer: string, event: OutboxEvent, error: string, maxAttempts: number): Promise<{ readonly attempts: number; readonly dead: boolean }>;
+  /** Keeps an event aside (a version gap) until an earlier version of its key is processed. */
+  hold(consumer: string, event: OutboxEvent, reason: string): Promise<void>;
+  /**
+   * Events to run again now, oldest version first: with `key`, the held events
+   * of that key; without, the ones an operator asked to retry.
+   */
+  redrivable(consumer: string, limit: number, key?: string): Promise<OutboxEvent[]>;
+}

@@ -1,0 +1,78 @@
+import { HoldEvent } from '../../core/inbox.ts';
+import { ConfigError } from '../../core/errors.ts';
+import { checkIdentifier, quoteIdent } from '../../core/identifiers.ts';
+import type { SqlExecutor } from '../../core/ports.ts';
+
+export interface VersionedUpsert {
+  /** The read-model table, optionally schema-qualified (`app.stock_view`). Names are validated and quoted. */
+  readonly table: string;
+  /** Key column(s) and values of the row, e.g. `{ order_id: event.aggregateId }`. */
+  readonly id: Readonly<Record<string, unknown>>;
+  /** The event's version. */
+  readonly version: number;
+  /** Other columns to write. */
+  readonly values: Readonly<Record<string, unknown>>;
+  /** Column holding the applied version. Default: `version`. */
+  readonly versionColumn?: string;
+  /**
+   * What to do when versions were skipped (incoming > stored + 1, or > 1 for a new row):
+   * `apply` it anyway and report the gap (default), or `hold` the event in the inbox
+   * until the missing ones arrived (throws HoldEvent; use inside an inbox handler).
+   */
+  readonly onGap?: 'apply' | 'hold';
+}
+
+export type VersionedResult =
+  | { readonly status: 'applied'; readonly previous: number | null }
+  /** The row already has this version or a newer one: nothing written. */
+  | { readonly status: 'stale'; readonly stored: number }
+  /** Applied although versions between `stored` and the event's were never seen. */
+  | { readonly status: 'gap'; readonly stored: number | null; readonly missing: readonly [number, number] };
+
+const ident = (field: string, name: string): string => {
+  const parts = name.split('.');
+  if (parts.length > 2) throw new ConfigError(field, 'must be `table` or `schema.table`');
+  return parts.map((p) => quoteIdent(checkIdentifier(field, p))).join('.');
+};
+
+/**
+ * Upserts a read-model row only when the event's version is newer than the
+ * stored one (DESIGN.md invariant 9). Run it with the inbox handler's `tx`.
+ * The row is locked while deciding, so concurrent handlers of one key serialize.
+ *
+ * @example
+ * inbox.on(StockChanged, async (event, tx) => {
+ *   const r = await applyVersioned(tx, { table: 'stock_view', id: { sku: event.aggregateId }, version: event.version!,
+ *     values: { quantity: event.payload.quantity }, onGap: 'hold' });
+ * });
+ */
+export async function applyVersioned(tx: SqlExecutor, u: VersionedUpsert): Promise<VersionedResult> {
+  if (!Number.isSafeInteger(u.version) || u.version < 1) throw new ConfigError('version', `must be a positive integer, got ${String(u.version)}`);
+  const table = ident('table', u.table);
+  const vcol = quoteIdent(checkIdentifier('versionColumn', u.versionColumn ?? 'version'));
+  const idCols = Object.keys(u.id);
+  if (idCols.length === 0) throw new ConfigError('id', 'name at least one key column');
+  const valueCols = Object.keys(u.values);
+  const q = (c: string, field: string): string => quoteIdent(checkIdentifier(field, c));
+  const where = idCols.map((c, i) => `${q(c, 'id')} = $${i + 1}`).join(' AND ');
+  const idParams = idCols.map((c) => u.id[c]);
+  const { rows } = await tx.query(`SELECT ${vcol} AS v FROM ${table} WHERE ${where} FOR UPDATE`, idParams);
+  const stored = rows.length ? Number((rows[0] as { v: unknown }).v) : null;
+  if (stored !== null && u.version <= stored) return { status: 'stale', stored };
+  const expected = (stored ?? 0) + 1;
+  const gap = u.version > expected;
+  if (gap && u.onGap === 'hold') {
+    throw new HoldEvent(`version ${u.version} of ${u.table} ${JSON.stringify(u.id)} waits for version ${expected}`);
+  }
+  const cols = [...idCols, ...valueCols];
+  const params = [...idParams, ...valueCols.map((c) => u.values[c]), u.version];
+  const insertCols = [...cols.map((c) => q(c, 'values')), vcol].join(', ');
+  const placeholders = params.map((_, i) => `$${i + 1}`).join(', ');
+  const updates = [...valueCols.map((c) => `${q(c, 'values')} = EXCLUDED.${q(c, 'values')}`), `${vcol} = EXCLUDED.${vcol}`].join(', ');
+  await tx.query(
+    `INSERT INTO ${table} (${insertCols}) VALUES (${placeholders})
+     ON CONFLICT (${idCols.map((c) => q(c, 'id')).join(', ')}) DO UPDATE SET ${updates} WHERE ${table}.${vcol} < EXCLUDED.${vcol}`,
+    params,
+  );
+  return gap ? { status: 'gap', stored, missing: [expected, u.version - 1] } : { status: 'applied', previous: stored };
+}
