@@ -29,3 +29,6 @@ export { PostgresAdmin as PgliteAdmin } from '../postgres/postgres-admin.ts';
 export function migratePglite(connection: PostgresConnection, options: PostgresNamesOptions = {}): Promise<string[]> {
   return migratePostgres(connection, postgresNames(options));
 }
+export { PostgresInboxStore as PgliteInboxStore, inboxNames } from '../postgres/postgres-inbox-store.ts';
+export { applyVersioned } from '../postgres/postgres-projection.ts';
+export { migrateInbox } from '../postgres/postgres-migrations.ts';

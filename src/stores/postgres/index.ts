@@ -6,3 +6,7 @@ export type { PostgresConnection } from './postgres-connection.ts';
 export { pgConnection, type PgConnectionOptions } from './pg-connection.ts';
 export { postgresNames, type PostgresNames, type PostgresNamesOptions } from './postgres-sql.ts';
 export { migratePostgres, printMigrations, postgresMigrations, assertMigrated, type Migration } from './postgres-migrations.ts';
+export { PostgresInboxStore, inboxNames, type PostgresInboxStoreOptions } from './postgres-inbox-store.ts';
+export { applyVersioned, type VersionedUpsert, type VersionedResult } from './postgres-projection.ts';
+export { migrateInbox, postgresInboxMigrations } from './postgres-migrations.ts';
+export { PostgresInboxAdmin, type InboxConsumerStatus, type DeadEvent } from './postgres-inbox-admin.ts';

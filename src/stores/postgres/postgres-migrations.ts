@@ -12,6 +12,7 @@ export interface Migration {
 }
 
 const SQL_DIR = new URL('../../../sql/postgres/', import.meta.url);
+const INBOX_SQL_DIR = new URL('../../../sql/postgres-inbox/', import.meta.url);
 
 /** The numbered migration files shipped in `sql/postgres/`, with placeholders. */
 export function postgresMigrations(dir: URL = SQL_DIR): Migration[] {
@@ -19,6 +20,16 @@ export function postgresMigrations(dir: URL = SQL_DIR): Migration[] {
     .filter((f) => /^\d{3}_[a-z0-9_]+\.sql$/.test(f))
     .sort()
     .map((name) => ({ name, sql: readFileSync(new URL(name, dir), 'utf8') }));
+}
+
+/** The inbox's migration files (`sql/postgres-inbox/`). */
+export function postgresInboxMigrations(): Migration[] {
+  return postgresMigrations(INBOX_SQL_DIR);
+}
+
+/** Applies the inbox migrations to the inbox table named by `names` (see `inboxNames`). */
+export function migrateInbox(db: PostgresConnection, names: PostgresNames): Promise<string[]> {
+  return migratePostgres(db, names, postgresInboxMigrations());
 }
 
 /** Replaces `{{schema}}`, `{{table}}` and `{{table:_suffix}}` with quoted names. */

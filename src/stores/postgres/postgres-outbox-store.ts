@@ -8,6 +8,12 @@ export interface PostgresOutboxStoreOptions extends PostgresNamesOptions {
    * with `false` relays find events by polling. Default: true.
    */
   readonly notify?: boolean;
+  /**
+   * `ignore`: an event whose id is already in the table is skipped instead of
+   * failing the statement (used by the inbox queue, where redeliveries are
+   * expected). Default: `error`.
+   */
+  readonly onDuplicateId?: 'error' | 'ignore';
 }
 
 /**
@@ -23,7 +29,7 @@ export class PostgresOutboxStore implements OutboxStore {
 
   constructor(options: PostgresOutboxStoreOptions = {}) {
     this.names = postgresNames(options);
-    this.#sql = insertEventsSql(this.names, options.notify ?? true);
+    this.#sql = insertEventsSql(this.names, options.notify ?? true, options.onDuplicateId === 'ignore');
   }
 
   async insert(executor: SqlExecutor, events: readonly PreparedEvent[]): Promise<void> {

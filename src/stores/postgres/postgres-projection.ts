@@ -1,4 +1,4 @@
-import { HoldEvent } from '../../core/inbox.ts';
+import { HoldEvent } from '../../inbox/inbox.ts';
 import { ConfigError } from '../../core/errors.ts';
 import { checkIdentifier, quoteIdent } from '../../core/identifiers.ts';
 import type { SqlExecutor } from '../../core/ports.ts';

@@ -55,12 +55,12 @@ const EVENT_COLUMNS = `o.seq, o.id, o.type, o.aggregate_type, o.aggregate_id, o.
 export { EVENT_COLUMNS };
 
 /** $1: JSON array of events. One statement; with `notify`, one notification per statement (deduplicated per transaction). */
-export function insertEventsSql(n: PostgresNames, notify: boolean): string {
+export function insertEventsSql(n: PostgresNames, notify: boolean, ignoreDuplicates = false): string {
   const insert = `INSERT INTO ${n.outbox} (id, type, aggregate_type, aggregate_id, key, destination, payload, headers, occurred_at, version)
   SELECT (e->>'id')::uuid, e->>'type', e->>'aggregateType', e->>'aggregateId', e->>'key', e->>'destination',
          e->'payload', e->'headers', (e->>'occurredAt')::timestamptz, (e->>'version')::bigint
   FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS x(e, n)
-  ORDER BY n`;
+  ORDER BY n${ignoreDuplicates ? '\n  ON CONFLICT (id) WHERE replay_id IS NULL DO NOTHING' : ''}`;
   if (!notify) return insert;
   return `WITH ins AS (${insert} RETURNING 1)
 , notified AS (SELECT pg_notify('${n.channel}', '') FROM (SELECT 1 FROM ins LIMIT 1) AS any_row)

@@ -39,3 +39,4 @@ export {
   type WebhookSecret,
   type WebhookVerification,
 } from './webhook-signature.ts';
+export { createWebhookConsumer, type WebhookConsumerOptions } from './http-consumer.ts';

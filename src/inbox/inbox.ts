@@ -1,12 +1,12 @@
-import { TypedEmitter, keyHash } from './emitter.ts';
-import type { OutboxEvent } from './envelope.ts';
-import { ConfigError, TxboxError } from './errors.ts';
-import type { EventDefinition } from './events.ts';
-import type { InboxOutcome, InboxStore } from './inbox-ports.ts';
-import type { Logger } from './logger.ts';
-import { silentLogger } from './logger.ts';
-import type { SqlExecutor } from './ports.ts';
-import { resolveRetryOptions, retryDelay, type ResolvedRetryOptions, type RetryOptions } from './retry.ts';
+import { TypedEmitter, keyHash } from '../core/emitter.ts';
+import type { OutboxEvent } from '../core/envelope.ts';
+import { ConfigError, TxboxError } from '../core/errors.ts';
+import type { EventDefinition } from '../core/events.ts';
+import type { InboxOutcome, InboxStore } from '../core/inbox-ports.ts';
+import type { Logger } from '../core/logger.ts';
+import { silentLogger } from '../core/logger.ts';
+import type { SqlExecutor } from '../core/ports.ts';
+import { resolveRetryOptions, retryDelay, type ResolvedRetryOptions, type RetryOptions } from '../core/retry.ts';
 
 /**
  * Thrown by a handler (or by `applyVersioned` with `onGap: 'hold'`) to keep

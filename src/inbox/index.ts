@@ -1,0 +1,3 @@
+export { Inbox, createInbox, HoldEvent, type InboxOptions, type InboxEvents, type InboxHandler } from './inbox.ts';
+export { InboxTransport } from './inbox-transport.ts';
+export { InboxQueue, createInboxWorker, type InboxWorkerOptions } from './inbox-worker.ts';

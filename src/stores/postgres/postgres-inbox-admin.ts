@@ -1,0 +1,127 @@
+import { ConfigError } from '../../core/errors.ts';
+import type { PostgresConnection } from './postgres-connection.ts';
+import { inboxNames } from './postgres-inbox-store.ts';
+import type { PostgresNames } from './postgres-sql.ts';
+
+export interface InboxConsumerStatus {
+  readonly consumer: string;
+  readonly processed: number;
+  readonly failed: number;
+  readonly dead: number;
+  readonly held: number;
+  readonly retry: number;
+  readonly processedLastMinute: number;
+  readonly lastProcessedAt: Date | null;
+}
+
+export interface DeadEvent {
+  readonly consumer: string;
+  readonly id: string;
+  readonly type: string;
+  readonly key: string;
+  readonly attempts: number;
+  readonly lastError: string | null;
+  readonly receivedAt: Date;
+}
+
+const num = (v: unknown): number => Number(v ?? 0);
+
+/** Operations on an inbox table: status, dead events, retention. Used by `txbox inbox`. */
+export class PostgresInboxAdmin {
+  readonly names: PostgresNames;
+
+  constructor(
+    private readonly db: PostgresConnection,
+    options: { schema?: string; table?: string } = {},
+  ) {
+    this.names = inboxNames(options);
+  }
+
+  async status(): Promise<InboxConsumerStatus[]> {
+    const { rows } = await this.db.query<Record<string, unknown>>(`SELECT consumer,
+        count(*) FILTER (WHERE status = 'processed') AS processed,
+        count(*) FILTER (WHERE status = 'failed') AS failed,
+        count(*) FILTER (WHERE status = 'dead') AS dead,
+        count(*) FILTER (WHERE status = 'held') AS held,
+        count(*) FILTER (WHERE status = 'retry') AS retry,
+        count(*) FILTER (WHERE processed_at > now() - interval '1 minute') AS recent,
+        max(processed_at) AS last
+      FROM ${this.names.outbox} GROUP BY consumer ORDER BY consumer`);
+    return rows.map((r) => ({
+      consumer: String(r.consumer),
+      processed: num(r.processed),
+      failed: num(r.failed),
+      dead: num(r.dead),
+      held: num(r.held),
+      retry: num(r.retry),
+      processedLastMinute: num(r.recent),
+      lastProcessedAt: (r.last as Date | null) ?? null,
+    }));
+  }
+
+  async listDead(options: { consumer?: string; limit?: number } = {}): Promise<DeadEvent[]> {
+    const { rows } = await this.db.query<Record<string, unknown>>(
+      `SELECT consumer, event_id, type, key, attempts, last_error, received_at FROM ${this.names.outbox}
+       WHERE status = 'dead' AND ($1::text IS NULL OR consumer = $1) ORDER BY received_at LIMIT $2`,
+      [options.consumer ?? null, options.limit ?? 100],
+    );
+    return rows.map((r) => ({
+      consumer: String(r.consumer),
+      id: String(r.event_id),
+      type: String(r.type),
+      key: String(r.key),
+      attempts: num(r.attempts),
+      lastError: (r.last_error as string | null) ?? null,
+      receivedAt: r.received_at as Date,
+    }));
+  }
+
+  /** Marks dead events for another run; the consumer's inbox picks them up (`inbox.start()` or `redrive()`). */
+  retryDead(selector: { ids: readonly string[] } | { all: true; consumer?: string }, actor: string): Promise<string[]> {
+    return this.#act('retry', `UPDATE ${this.names.outbox} i SET status = 'retry', attempts = 0`, selector, actor);
+  }
+
+  /** Deletes dead events (their ids stay in the audit table); a later redelivery would run the handler again. */
+  discardDead(selector: { ids: readonly string[] } | { all: true; consumer?: string }, actor: string): Promise<string[]> {
+    return this.#act('discard', `DELETE FROM ${this.names.outbox} i`, selector, actor);
+  }
+
+  async #act(action: string, head: string, selector: { ids: readonly string[] } | { all: true; consumer?: string }, actor: string): Promise<string[]> {
+    const ids = 'ids' in selector ? [...selector.ids] : null;
+    if (ids !== null && ids.length === 0) throw new ConfigError('ids', 'name at least one event id, or choose all');
+    const consumer = 'all' in selector ? (selector.consumer ?? null) : null;
+    const { rows } = await this.db.query<{ event_id: string }>(
+      `WITH changed AS (
+         ${head} WHERE i.status = 'dead' AND ($1::uuid[] IS NULL OR i.event_id = ANY($1::uuid[])) AND ($2::text IS NULL OR i.consumer = $2)
+         RETURNING i.consumer, i.event_id, i.last_error
+       ), audit AS (
+         INSERT INTO ${this.names.audit} (action, consumer, event_id, actor, detail) SELECT $3, consumer, event_id, $4, last_error FROM changed
+       )
+       SELECT event_id FROM changed`,
+      [ids, consumer, action, actor],
+    );
+    return rows.map((r) => r.event_id);
+  }
+
+  /**
+   * Deletes processed rows older than `olderThanMs` in batches. A redelivery
+   * older than that would run its handler again: keep rows longer than any
+   * broker may redeliver (default in the CLI: 7 days).
+   */
+  async prune(olderThanMs: number, batchSize = 5000): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const { rows } = await this.db.query<{ n: number }>(
+        `WITH doomed AS (
+           SELECT consumer, event_id FROM ${this.names.outbox}
+           WHERE status = 'processed' AND processed_at < now() - $1 * interval '1 millisecond' LIMIT $2 FOR UPDATE SKIP LOCKED
+         ), gone AS (
+           DELETE FROM ${this.names.outbox} i USING doomed d WHERE i.consumer = d.consumer AND i.event_id = d.event_id RETURNING 1
+         ) SELECT count(*)::int AS n FROM gone`,
+        [olderThanMs, batchSize],
+      );
+      total += rows[0]!.n;
+      if (rows[0]!.n < batchSize) return total;
+    }
+  }
+}

@@ -1,0 +1,35 @@
+import type { Inbox } from '../../inbox/inbox.ts';
+import type { InboxQueue } from '../../inbox/inbox-worker.ts';
+import { ConfigError } from '../../core/errors.ts';
+import { createWebhookReceiver, type WebhookReceiver, type WebhookReceiverOptions } from './http-receiver.ts';
+
+export interface WebhookConsumerOptions extends Omit<WebhookReceiverOptions, 'onEvent'> {
+  /** Runs handlers at once: the answer is 2xx only after the handler's transaction committed. Give this or `queue`. */
+  readonly inbox?: Inbox;
+  /** Worker mode: only stores the event in the inbox queue, answers 2xx, and lets inbox workers run handlers. */
+  readonly queue?: InboxQueue;
+}
+
+/**
+ * The HTTP side of the inbox: a webhook receiver that verifies the Standard
+ * Webhooks signature (401 otherwise; malformed bodies get 400 and never
+ * reach the inbox) and answers 2xx only after the inbox committed. A handler
+ * failure answers 500, so the sender retries; a redelivered id is answered
+ * 204 without running the handler again.
+ *
+ * @example
+ * const consumer = createWebhookConsumer({ inbox, secret: process.env.WEBHOOK_SECRET });
+ * const { url } = await consumer.listen({ port: 8080 });
+ */
+export function createWebhookConsumer(options: WebhookConsumerOptions): WebhookReceiver {
+  const { inbox, queue, ...receiver } = options;
+  if (!inbox === !queue) throw new ConfigError('inbox', 'give exactly one of inbox (handle at once) or queue (worker mode)');
+  return createWebhookReceiver({
+    ...receiver,
+    onEvent: async (event) => {
+      if (queue) return queue.receive([event]);
+      const outcome = await inbox!.process(event);
+      if (outcome.status === 'retry') throw new Error(`handler failed (attempt ${outcome.attempts}); retry`);
+    },
+  });
+}

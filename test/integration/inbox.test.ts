@@ -1,0 +1,131 @@
+/**
+ * The inbox on the real PostgreSQL and on PGlite: exactly-once effect under
+ * redelivery, poison handlers dead-lettered while other keys flow, version-
+ * guarded projections with gap detection and holding, operator retries.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { createInbox, defineEvent, payloadType, uuidv7, type OutboxEvent } from 'txbox';
+import { PostgresInboxStore, PostgresInboxAdmin, applyVersioned, inboxNames, migrateInbox } from 'txbox/postgres';
+import { BACKENDS, openDb, type TestDb } from '../helpers/databases.ts';
+
+const StockChanged = defineEvent({ type: 'StockChanged', aggregateType: 'Sku', destination: 'stock', payload: payloadType<{ quantity: number }>() });
+
+function stockEvent(sku: string, version: number, quantity: number, id = uuidv7()): OutboxEvent {
+  return {
+    id,
+    type: 'StockChanged',
+    aggregateType: 'Sku',
+    aggregateId: sku,
+    key: `Sku:${sku}`,
+    destination: 'stock',
+    payload: { quantity },
+    headers: {},
+    occurredAt: new Date(),
+    version,
+  };
+}
+
+for (const kind of BACKENDS) {
+  describe(`inbox on ${kind}`, () => {
+    let db: TestDb;
+    let store: PostgresInboxStore;
+    before(async () => {
+      db = await openDb(kind);
+      await migrateInbox(db.connection, inboxNames({ schema: db.schema }));
+      store = new PostgresInboxStore({ connection: db.connection, schema: db.schema });
+      await db.query(`CREATE TABLE "${db.schema}".stock_view (sku text PRIMARY KEY, quantity int NOT NULL, version bigint NOT NULL)`);
+      await db.query(`CREATE TABLE "${db.schema}".effects (event_id uuid NOT NULL, note text)`);
+    });
+    after(async () => {
+      await db.close();
+    });
+
+    it('applies an event delivered three times exactly once', async () => {
+      const inbox = createInbox({ store, consumer: 'once' });
+      inbox.on(StockChanged, async (event, tx) => {
+        await tx.query(`INSERT INTO "${db.schema}".effects (event_id, note) VALUES ($1, 'applied')`, [event.id]);
+      });
+      const e = stockEvent('a', 1, 5);
+      const outcomes = [];
+      for (let i = 0; i < 3; i++) outcomes.push((await inbox.process(e)).status);
+      assert.deepEqual(outcomes, ['processed', 'duplicate', 'duplicate']);
+      const rows = await db.query(`SELECT 1 FROM "${db.schema}".effects WHERE event_id = $1`, [e.id]);
+      assert.equal(rows.length, 1);
+      if (kind === 'postgres') {
+        const e2 = stockEvent('b', 1, 5);
+        const concurrent = await Promise.all(Array.from({ length: 5 }, () => inbox.process(e2)));
+        assert.equal(concurrent.filter((o) => o.status === 'processed').length, 1, 'concurrent redeliveries: one effect');
+        assert.equal((await db.query(`SELECT 1 FROM "${db.schema}".effects WHERE event_id = $1`, [e2.id])).length, 1);
+      }
+    });
+
+    it('a failing handler rolls back its writes, retries with backoff, then goes dead while other keys flow; an operator retry runs it again', async () => {
+      let broken = true;
+      const inbox = createInbox({ store, consumer: 'poison', retry: { baseDelayMs: 10, maxDelayMs: 100, maxAttempts: 3 } });
+      inbox.on(StockChanged, async (event, tx) => {
+        await tx.query(`INSERT INTO "${db.schema}".effects (event_id, note) VALUES ($1, 'poison')`, [event.id]);
+        if (broken && event.aggregateId === 'poison') throw new Error('cannot reserve stock');
+      });
+      const poison = stockEvent('poison', 1, 1);
+      const seen: string[] = [];
+      for (let attempt = 1; attempt <= 3; attempt++) {
+        seen.push((await inbox.process(poison)).status);
+        assert.equal((await inbox.process(stockEvent(`ok${attempt}`, 1, 1))).status, 'processed', 'other keys keep flowing');
+      }
+      assert.deepEqual(seen, ['retry', 'retry', 'dead']);
+      assert.equal((await inbox.process(poison)).status, 'duplicate', 'a dead event is acked on redelivery without running');
+      const effects = await db.query(`SELECT 1 FROM "${db.schema}".effects WHERE event_id = $1`, [poison.id]);
+      assert.equal(effects.length, 0, "the failed attempts' writes were rolled back");
+      const admin = new PostgresInboxAdmin(db.connection, { schema: db.schema });
+      const dead = await admin.listDead({ consumer: 'poison' });
+      assert.equal(dead.length, 1);
+      assert.equal(dead[0]!.attempts, 3);
+      assert.match(dead[0]!.lastError ?? '', /cannot reserve stock/);
+      broken = false;
+      assert.deepEqual(await admin.retryDead({ ids: [poison.id] }, 'test'), [poison.id]);
+      assert.equal(await inbox.redrive(), 1);
+      assert.equal((await db.query(`SELECT 1 FROM "${db.schema}".effects WHERE event_id = $1`, [poison.id])).length, 1);
+      const status = (await admin.status()).find((s) => s.consumer === 'poison')!;
+      assert.equal(status.dead, 0);
+      assert.equal(status.processed, 4);
+    });
+
+    it('guards projections by version: stale events are skipped, a gap is detected and held until the missing version arrives', async () => {
+      const inbox = createInbox({ store, consumer: 'projection' });
+      const results: string[] = [];
+      inbox.on(StockChanged, async (event, tx) => {
+        const r = await applyVersioned(tx, {
+          table: `${db.schema}.stock_view`,
+          id: { sku: event.aggregateId },
+          version: event.version!,
+          values: { quantity: event.payload.quantity },
+          onGap: 'hold',
+        });
+        results.push(`${event.version}:${r.status}`);
+      });
+      const v1 = stockEvent('sku1', 1, 10);
+      const v2 = stockEvent('sku1', 2, 20);
+      const v3 = stockEvent('sku1', 3, 30);
+      assert.equal((await inbox.process(v1)).status, 'processed');
+      assert.equal((await inbox.process(v3)).status, 'held', 'v3 waits for v2');
+      let [row] = await db.query<{ quantity: number; version: string }>(`SELECT quantity, version FROM "${db.schema}".stock_view WHERE sku = 'sku1'`);
+      assert.equal(row!.quantity, 10);
+      assert.equal((await inbox.process(v2)).status, 'processed');
+      [row] = await db.query<{ quantity: number; version: string }>(`SELECT quantity, version FROM "${db.schema}".stock_view WHERE sku = 'sku1'`);
+      assert.deepEqual([row!.quantity, Number(row!.version)], [30, 3], 'v2 then the held v3 applied');
+      assert.equal((await inbox.process(stockEvent('sku1', 2, 99))).status, 'processed', 'an old version with a new id runs');
+      assert.ok(results.includes('2:stale'));
+      [row] = await db.query<{ quantity: number; version: string }>(`SELECT quantity, version FROM "${db.schema}".stock_view WHERE sku = 'sku1'`);
+      assert.equal(row!.quantity, 30, 'but changes nothing');
+
+      const report = createInbox({ store, consumer: 'report' });
+      const gaps: unknown[] = [];
+      report.on(StockChanged, async (event, tx) => {
+        gaps.push(await applyVersioned(tx, { table: `${db.schema}.stock_view`, id: { sku: event.aggregateId }, version: event.version!, values: { quantity: 1 } }));
+      });
+      await report.process(stockEvent('sku9', 4, 1));
+      assert.deepEqual(gaps[0], { status: 'gap', stored: null, missing: [1, 3] });
+    });
+  });
+}
