@@ -11,6 +11,7 @@ import { ENV_HELP, loadConfig } from './config.ts';
 import { jsonLogger } from './json-logger.ts';
 import { ConfigError } from '../core/errors.ts';
 import { demoCommand } from './commands/demo.ts';
+import { inboxCommand } from './commands/inbox.ts';
 import { migrateCommand } from './commands/migrate.ts';
 import { parkedCommand } from './commands/parked.ts';
 import { pruneCommand } from './commands/prune.ts';
@@ -18,7 +19,7 @@ import { relayCommand } from './commands/relay.ts';
 import { replayCommand } from './commands/replay.ts';
 import { statusCommand } from './commands/status.ts';
 
-const COMMANDS: Command[] = [migrateCommand, relayCommand, statusCommand, parkedCommand, replayCommand, pruneCommand, demoCommand];
+const COMMANDS: Command[] = [migrateCommand, relayCommand, statusCommand, parkedCommand, replayCommand, pruneCommand, inboxCommand, demoCommand];
 
 function version(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };

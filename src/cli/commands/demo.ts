@@ -16,9 +16,12 @@ export const demoCommand: Command = {
 
 Needs no service: an order service on embedded PGlite writes orders and
 payments with concurrent writers (about 10% of transactions roll back), a
-relay posts the events to an in-process HTTP receiver, and the summary
-checks what arrived against what committed. Exit code 0 only when nothing
-was lost, nothing rolled back arrived, and every key kept its order.
+relay posts the events to an in-process HTTP receiver, where an inventory
+service applies them through its inbox to a version-guarded projection.
+The summary checks what arrived against what committed, and the projection
+against the committed orders. Exit code 0 only when nothing was lost,
+nothing rolled back arrived, every key kept its order, and the projection
+matches exactly.
 
 Options:
   --events N               events to commit (default 5000)
@@ -64,7 +67,8 @@ Options:
       out('interrupted: the figures above cover what committed before the signal');
       return EXIT.interrupted;
     }
-    const ok = report.lost === 0 && report.phantom === 0 && report.orderViolations === 0;
+    const ok =
+      report.lost === 0 && report.phantom === 0 && report.orderViolations === 0 && report.projection.mismatched === 0 && report.projection.phantom === 0;
     return ok ? EXIT.ok : EXIT.failure;
   },
 };
@@ -81,6 +85,7 @@ export function renderReport(r: DemoReport): string {
     `  phantom            ${mark(r.phantom)}   (rolled back but delivered)`,
     `  order violations   ${mark(r.orderViolations)}   (per key, against commit order)`,
     `  relay restarts     ${r.relayRestarts}`,
+    `  inventory service  projection of ${fmt(r.projection.orders)} orders: ${mark(r.projection.mismatched)} mismatched, ${r.projection.phantom} phantom; inbox skipped ${fmt(r.projection.duplicatesSkipped)} duplicates, held ${fmt(r.projection.gapsHeld)} out-of-order versions`,
     `  elapsed ${(r.elapsedMs / 1000).toFixed(1)} s, ${fmt(Math.round(rate))} events/s; commit -> delivery p50 ${r.latencyMs.p50.toFixed(1)} ms, p99 ${r.latencyMs.p99.toFixed(1)} ms, max ${r.latencyMs.max.toFixed(1)} ms`,
   ].join('\n');
 }

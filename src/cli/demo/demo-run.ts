@@ -9,6 +9,7 @@ import { postgresNames } from '../../stores/postgres/postgres-sql.ts';
 import { pgConnection } from '../../stores/postgres/pg-connection.ts';
 import { CliError, EXIT, redactUrl } from '../cli-error.ts';
 import { OrderService, RolledBack, type CommittedEvent } from './order-service.ts';
+import { InventoryService, type ProjectionCheck } from './inventory-service.ts';
 import type { DemoSink } from './demo-sink.ts';
 
 export interface DemoOptions {
@@ -39,6 +40,8 @@ export interface DemoReport extends DeliveryReport {
   readonly timedOut: boolean;
   /** Stopped early by a signal. */
   readonly interrupted: boolean;
+  /** The inventory service's projection against the committed orders. */
+  readonly projection: ProjectionCheck;
 }
 
 const SCHEMA_PREFIX = 'txbox_demo';
@@ -47,16 +50,19 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
   const schema = `${SCHEMA_PREFIX}_${randomUUID().slice(0, 8)}`;
   const { db, label, close } = await openDemoDatabase(o.databaseUrl, schema);
   const service = new OrderService(db, schema);
+  const inventory = new InventoryService(db, schema);
   let relay: Relay | undefined;
   try {
     await migratePostgres(db, postgresNames({ schema }));
     await service.createTables();
-    await o.sink.start();
+    await inventory.createTables();
+    await o.sink.start((event) => inventory.deliver(event));
     const newRelay = (): Relay =>
       createRelay({
         store: new PostgresRelayStore({ schema, connection: db }),
         transport: o.sink.transport(),
-        leaseTtlMs: 2000,
+        // A crashed relay's buckets free up after the lease: keep it well under the crash interval.
+        leaseTtlMs: o.crashEveryMs > 0 ? Math.max(500, Math.min(2000, Math.floor(o.crashEveryMs / 2))) : 2000,
         pollIntervalMs: 100,
         batchSize: 200,
         retry: { baseDelayMs: 50, maxDelayMs: 1000 },
@@ -84,13 +90,13 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
     };
     const writer = async (): Promise<void> => {
       while (committedCount + inFlight < o.events && !stopped()) {
-        // Real writes arrive through I/O. PGlite runs in this thread and resolves through
-        // microtasks only, so without this yield the writers would starve the relay's I/O.
-        await new Promise((r) => setImmediate(r));
+        inFlight++;
         const rollback = Math.random() < o.rollbackRate;
         transactions++;
-        inFlight++;
         try {
+          // Real writes arrive through I/O. PGlite runs in this thread and resolves through
+          // microtasks only, so without this yield the writers would starve the relay's I/O.
+          await new Promise((r) => setImmediate(r));
           if (orders.length < 5 || Math.random() < 0.45) {
             const orderId = randomUUID().slice(0, 13);
             const e = await service.createOrder(orderId, `customer-${orders.length % 97}`, 10 + (orders.length % 90), rollback);
@@ -140,6 +146,12 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
       if ([...commitTimes.keys()].every((id) => seenIds.has(id))) break;
       await new Promise((r) => setTimeout(r, 50));
     }
+    // And for the inventory service's projection to catch up (held gaps, retries).
+    let projection = await inventory.check(schema);
+    while (projection.mismatched > 0 && performance.now() < deadline && !stopped()) {
+      await new Promise((r) => setTimeout(r, 50));
+      projection = await inventory.check(schema);
+    }
     const elapsedMs = performance.now() - started;
     clearInterval(crashTimer);
     while (crashing) await new Promise((r) => setTimeout(r, 20));
@@ -167,6 +179,7 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
       latencyMs: { p50: q(0.5), p99: q(0.99), max: latencies.at(-1) ?? 0 },
       timedOut: report.lost > 0 && !stopped(),
       interrupted: stopped(),
+      projection,
     };
   } finally {
     await relay?.stop().catch(() => {});

@@ -1,4 +1,12 @@
+import type { OutboxEvent } from '../../core/envelope.ts';
 import type { Transport } from '../../core/ports.ts';
+
+/**
+ * Hands one received event to the downstream service (the inventory service's
+ * inbox). A sink acks or answers only after it resolved; when it rejects the
+ * sink lets the broker redeliver (nak, 500, no ack).
+ */
+export type Deliver = (event: OutboxEvent) => Promise<void>;
 
 /** One event as it reached the downstream side. `at` is performance.now() in this process. */
 export interface Arrival {
@@ -15,7 +23,8 @@ export interface DemoSink {
   readonly name: string;
   /** Deliveries in arrival order (duplicates included). */
   readonly arrivals: readonly Arrival[];
-  start(): Promise<void>;
+  /** Starts receiving; every received event goes through `deliver` before it is acked. */
+  start(deliver: Deliver): Promise<void>;
   /** A fresh transport (the demo makes a new one after each simulated crash). */
   transport(): Transport;
   close(): Promise<void>;

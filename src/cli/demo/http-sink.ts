@@ -1,6 +1,6 @@
 import type { Transport } from '../../core/ports.ts';
 import { HttpTransport, createWebhookReceiver, generateWebhookSecret } from '../../transports/http/index.ts';
-import type { DemoSink, Arrival } from './demo-sink.ts';
+import type { DemoSink, Arrival, Deliver } from './demo-sink.ts';
 
 /** The embedded demo's downstream service: an HTTP receiver in this process that verifies signatures. */
 export class HttpDemoSink implements DemoSink {
@@ -10,11 +10,12 @@ export class HttpDemoSink implements DemoSink {
   #url = '';
   #close: (() => Promise<void>) | undefined;
 
-  async start(): Promise<void> {
+  async start(deliver: Deliver): Promise<void> {
     const handler = createWebhookReceiver({
       secret: this.#secret,
       onEvent: async (event) => {
         this.arrivals.push({ id: event.id, key: event.key, at: performance.now() });
+        await deliver(event); // the answer (the ack) waits for the inbox commit
       },
     });
     const server = await handler.listen({ port: 0 });

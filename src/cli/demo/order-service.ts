@@ -19,7 +19,7 @@ export const PaymentCaptured = defineEvent({
   type: 'PaymentCaptured',
   aggregateType: 'Order',
   destination: 'payments',
-  payload: payloadType<{ orderId: string; paymentId: string; amount: number }>(),
+  payload: payloadType<{ orderId: string; paymentId: string; amount: number; paidTotal: number }>(),
 });
 
 export interface CommittedEvent {
@@ -58,11 +58,13 @@ export class OrderService {
   /** Captures a payment on an existing order, under the order's row lock. */
   async capturePayment(orderId: string, paymentId: string, amount: number, rollback: boolean): Promise<CommittedEvent> {
     return this.db.transaction(async (tx: SqlExecutor) => {
-      const { rows } = await tx.query(`SELECT version FROM "${this.schema}".orders WHERE id = $1 FOR UPDATE`, [orderId]);
-      const version = (rows[0] as { version: number }).version + 1;
+      const { rows } = await tx.query(`SELECT version, paid FROM "${this.schema}".orders WHERE id = $1 FOR UPDATE`, [orderId]);
+      const row = rows[0] as { version: number; paid: string };
+      const version = row.version + 1;
+      const paidTotal = Number(row.paid) + amount;
       await tx.query(`UPDATE "${this.schema}".orders SET paid = paid + $2, version = $3 WHERE id = $1`, [orderId, amount, version]);
       await tx.query(`INSERT INTO "${this.schema}".payments (id, order_id, amount) VALUES ($1, $2, $3)`, [paymentId, orderId, amount]);
-      const [id] = await this.outbox.enqueue(tx, PaymentCaptured({ aggregateId: orderId, version, payload: { orderId, paymentId, amount } }));
+      const [id] = await this.outbox.enqueue(tx, PaymentCaptured({ aggregateId: orderId, version, payload: { orderId, paymentId, amount, paidTotal } }));
       if (rollback) throw new RolledBack();
       return { id: id!, key: `Order:${orderId}`, version };
     });
