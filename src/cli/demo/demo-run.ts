@@ -64,7 +64,8 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
         // A crashed relay's buckets free up after the lease: keep it well under the crash interval.
         leaseTtlMs: o.crashEveryMs > 0 ? Math.max(500, Math.min(2000, Math.floor(o.crashEveryMs / 2))) : 2000,
         pollIntervalMs: 100,
-        batchSize: 200,
+        // Small batches under frequent crashes: a relay must live long enough to finish one.
+        batchSize: o.crashEveryMs > 0 ? 25 : 200,
         retry: { baseDelayMs: 50, maxDelayMs: 1000 },
       });
     relay = newRelay();
@@ -138,6 +139,8 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
     }, 200);
 
     await Promise.all(Array.from({ length: o.writers }, writer));
+    // Crashes happen while writers run; then the last relay drains what is left.
+    clearInterval(crashTimer);
     // Wait for the relay to deliver everything committed (bounded).
     const deadline = performance.now() + 60_000 + o.crashEveryMs;
     let seenIds = new Set<string>();
