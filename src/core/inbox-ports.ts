@@ -33,3 +33,17 @@ export interface InboxStore {
    */
   redrivable(consumer: string, limit: number, key?: string): Promise<OutboxEvent[]>;
 }
+
+/**
+ * Receives events from a broker and hands each to an inbox (or, in worker
+ * mode, an inbox queue), acking only after that committed. Per-key order is
+ * kept while different keys are handled in parallel.
+ */
+export interface Consumer {
+  /** A short name for logs, e.g. `kafka`. */
+  readonly name: string;
+  /** Connects and subscribes; resolves once receiving. Throws ConfigError naming the setting on bad configuration. */
+  start(): Promise<void>;
+  /** Stops receiving; events in progress finish (committed and acked) first, within the consumer's stop timeout. */
+  stop(): Promise<void>;
+}
