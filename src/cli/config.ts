@@ -12,6 +12,8 @@ export interface TransportConfig {
   readonly endpoints?: Readonly<Record<string, string>>;
   /** http: Standard Webhooks secret (whsec_...). */
   readonly secret?: string;
+  /** The broker address: kafka brokers, nats servers (comma-separated), rabbitmq or redis URL. */
+  readonly url?: string;
   readonly timeoutMs?: number;
   readonly [option: string]: unknown;
 }
@@ -46,6 +48,7 @@ const ENV = {
   transport: 'TXBOX_TRANSPORT',
   endpoints: 'TXBOX_HTTP_ENDPOINTS',
   secret: 'TXBOX_WEBHOOK_SECRET',
+  transportUrl: 'TXBOX_TRANSPORT_URL',
   batchSize: 'TXBOX_BATCH_SIZE',
   lanes: 'TXBOX_LANES',
   leaseTtlMs: 'TXBOX_LEASE_TTL_MS',
@@ -61,7 +64,9 @@ export const ENV_HELP = `Environment:
   TXBOX_SCHEMA           schema of the txbox tables (default txbox)
   TXBOX_TABLE            outbox table name (default outbox)
   TXBOX_CONFIG           path of a JSON config file (default ./txbox.config.json if present)
-  TXBOX_TRANSPORT        transport type (http)
+  TXBOX_TRANSPORT        transport type: http, kafka, rabbitmq, nats, redis
+  TXBOX_TRANSPORT_URL    broker address: kafka brokers or nats servers (comma-separated),
+                         an amqp:// or redis:// URL
   TXBOX_HTTP_ENDPOINTS   destination=url pairs, comma separated
   TXBOX_WEBHOOK_SECRET   Standard Webhooks signing secret (whsec_...)
   TXBOX_BATCH_SIZE, TXBOX_LANES, TXBOX_LEASE_TTL_MS, TXBOX_POLL_INTERVAL_MS,
@@ -115,11 +120,13 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
       sources.endpoints = '--endpoint';
     }
     const secret = pick('secret', 'secret', ENV.secret, fileTransport?.secret);
+    const url = pick('transportUrl', 'transport-url', ENV.transportUrl, fileTransport?.url);
     transport = {
       ...(fileTransport ?? {}),
       type: transportType,
       ...(endpoints ? { endpoints } : {}),
       ...(secret !== undefined ? { secret } : {}),
+      ...(url !== undefined ? { url } : {}),
     };
   }
 

@@ -10,10 +10,37 @@ type Factory = (config: TransportConfig, logger: Logger) => Promise<Transport>;
 const FACTORIES: Record<string, Factory> = {
   async http(config) {
     const { HttpTransport } = await import('../transports/http/index.ts');
-    const { type: _type, ...options } = config;
-    return new HttpTransport(options as ConstructorParameters<typeof HttpTransport>[0]);
+    return new HttpTransport(options(config) as unknown as ConstructorParameters<typeof HttpTransport>[0]);
+  },
+  async kafka(config) {
+    const { KafkaTransport } = await import('../transports/kafka/index.ts');
+    const o = options(config, 'brokers');
+    if (typeof o.brokers === 'string') o.brokers = o.brokers.split(',');
+    return new KafkaTransport(o as unknown as ConstructorParameters<typeof KafkaTransport>[0]);
+  },
+  async rabbitmq(config) {
+    const { RabbitMqTransport } = await import('../transports/rabbitmq/index.ts');
+    return new RabbitMqTransport(options(config, 'url') as unknown as ConstructorParameters<typeof RabbitMqTransport>[0]);
+  },
+  async nats(config) {
+    const { NatsTransport } = await import('../transports/nats/index.ts');
+    const o = options(config, 'servers');
+    if (typeof o.servers === 'string') o.servers = o.servers.split(',');
+    return new NatsTransport(o as unknown as ConstructorParameters<typeof NatsTransport>[0]);
+  },
+  async redis(config) {
+    const { RedisTransport } = await import('../transports/redis/index.ts');
+    return new RedisTransport(options(config, 'url') as unknown as ConstructorParameters<typeof RedisTransport>[0]);
   },
 };
+
+/** The transport's options from the config file, with `--transport-url` / TXBOX_TRANSPORT_URL as its address setting. */
+function options(config: TransportConfig, addressField?: string): Record<string, unknown> {
+  const { type: _type, url, ...rest } = config;
+  const out: Record<string, unknown> = { ...rest };
+  if (url !== undefined && addressField) out[addressField] = url;
+  return out;
+}
 
 export const TRANSPORT_TYPES = Object.keys(FACTORIES);
 

@@ -5,8 +5,10 @@ import { runDemo, type DemoReport } from '../demo/demo-run.ts';
 import { HttpDemoSink } from '../demo/http-sink.ts';
 import type { DemoSink } from '../demo/demo-sink.ts';
 
-const SINKS: Record<string, () => DemoSink> = {
-  http: () => new HttpDemoSink(),
+/** Where the demo publishes; broker sinks take the broker address from --transport-url or TXBOX_TRANSPORT_URL. */
+const SINKS: Record<string, (url: string | undefined) => Promise<DemoSink>> = {
+  http: async () => new HttpDemoSink(),
+  redis: async (url) => new (await import('../demo/redis-sink.ts')).RedisDemoSink(url ?? 'redis://127.0.0.1:6379'),
 };
 
 export const demoCommand: Command = {
@@ -29,13 +31,16 @@ Options:
   --rollback-rate R        share of transactions rolled back (default 0.1)
   --crash-relay-every MS   abort the relay this often, as a crash would, and start a new one
   --database-url URL       run the same demo on PostgreSQL (a temporary schema, dropped after)
-  --transport TYPE         where the relay publishes: http (default)`,
+  --transport TYPE         where the relay publishes: http (default, in-process receiver),
+                           kafka, rabbitmq, nats or redis (a real broker, read back to verify)
+  --transport-url ADDRESS  the broker's address (default: its usual port on 127.0.0.1)`,
   options: {
     events: { type: 'string' },
     writers: { type: 'string' },
     'rollback-rate': { type: 'string' },
     'crash-relay-every': { type: 'string' },
     transport: { type: 'string' },
+    'transport-url': { type: 'string' },
   },
   async run({ flags, config, out, signal }) {
     const int = (name: string, fallback: number, min: number): number => {
@@ -50,6 +55,7 @@ Options:
     const sinkName = typeof flags.transport === 'string' ? flags.transport : 'http';
     const makeSink = SINKS[sinkName];
     if (!makeSink) throw new CliError(`--transport: unknown ${JSON.stringify(sinkName)}; choose one of ${Object.keys(SINKS).join(', ')}`);
+    const sink = await makeSink(config.transport?.url ?? (typeof flags['transport-url'] === 'string' ? flags['transport-url'] : undefined));
     const progress = new Progress(process.stderr, 2000);
     const report = await runDemo({
       events: int('events', 5000, 1),
@@ -57,7 +63,7 @@ Options:
       rollbackRate,
       crashEveryMs: int('crash-relay-every', 0, 0),
       databaseUrl: config.databaseUrl,
-      sink: makeSink(),
+      sink,
       onProgress: (line) => progress.update(line),
       signal,
     });

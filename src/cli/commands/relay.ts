@@ -17,7 +17,10 @@ Run as many as you like: they share the outbox by bucket leases and keep
 per-key order. SIGTERM or SIGINT stops it gracefully (exit 0).
 
 Options:
-  --transport TYPE          http
+  --transport TYPE          http, kafka, rabbitmq, nats or redis
+  --transport-url ADDRESS   broker address (or TXBOX_TRANSPORT_URL): kafka brokers or nats
+                            servers, comma-separated; an amqp:// or redis:// URL. Other broker
+                            options come from the config file's "transport" object
   --endpoint DEST=URL       http endpoint per destination (repeatable; or TXBOX_HTTP_ENDPOINTS)
   --secret SECRET           Standard Webhooks signing secret (or TXBOX_WEBHOOK_SECRET)
   --batch-size N            events per claim (default 500)
@@ -31,6 +34,7 @@ Options:
   --relay-id ID             name in leases and status (default host-pid-random)`,
   options: {
     transport: { type: 'string' },
+    'transport-url': { type: 'string' },
     endpoint: { type: 'string', multiple: true },
     secret: { type: 'string' },
     'batch-size': { type: 'string' },

@@ -48,7 +48,7 @@ export interface XaddTarget {
 
 /** Classifies the failure of one XADD (a reply error, or the connection failing under it). */
 export function xaddFailure(err: unknown, target: XaddTarget): TransportError {
-  const head = `XADD to stream ${JSON.stringify(target.stream)} (destination ${JSON.stringify(target.destination)}) at ${target.address}`;
+  const head = describe(target);
   const message = errorMessage(err);
   const code = replyCode(err);
   if (code !== null) {
@@ -63,11 +63,15 @@ export function xaddFailure(err: unknown, target: XaddTarget): TransportError {
 }
 
 export function timeoutFailure(target: XaddTarget, timeoutMs: number): TransportError {
-  return new TransportError('retriable', `XADD to stream ${JSON.stringify(target.stream)} at ${target.address} got no reply within ${timeoutMs} ms (commandTimeoutMs)`);
+  return new TransportError('retriable', `${describe(target)} got no reply within ${timeoutMs} ms (commandTimeoutMs); the entry may still have been added`);
 }
 
 export function abortedFailure(target: XaddTarget): TransportError {
-  return new TransportError('retriable', `XADD to stream ${JSON.stringify(target.stream)} at ${target.address} was cancelled by the caller's signal before a reply (it may still have been added)`);
+  return new TransportError('retriable', `${describe(target)} was cancelled by the caller's signal before a reply; the entry may still have been added`);
+}
+
+function describe(target: XaddTarget): string {
+  return `XADD to stream ${JSON.stringify(target.stream)} (destination ${JSON.stringify(target.destination)}) at ${target.address}`;
 }
 
 /** What went wrong with the connection, in one line: `ECONNREFUSED (connect ECONNREFUSED 127.0.0.1:1)`. */

@@ -41,7 +41,8 @@ export async function publishCall(ctx: PublishContext, events: readonly OutboxEv
       outcomes[i] = { ok: false, error: new TransportError('permanent', `event ${event.id} for stream ${JSON.stringify(target.stream)}: its payload or headers cannot be serialized to JSON (${why})`) };
       continue;
     }
-    const bytes = entryBytes(fields);
+    // A UTF-16 code unit is at most 3 UTF-8 bytes: count exactly only when the entry might be too large.
+    const bytes = charCount(fields) * 3 <= o.maxMessageBytes ? 0 : entryBytes(fields);
     if (bytes > o.maxMessageBytes) {
       const message = `event ${event.id} for stream ${JSON.stringify(target.stream)} is ${bytes} bytes, over maxMessageBytes (${o.maxMessageBytes}); store large data elsewhere and put a reference in the event, or raise maxMessageBytes`;
       outcomes[i] = { ok: false, error: new TransportError('permanent', message) };
@@ -59,6 +60,12 @@ export async function publishCall(ctx: PublishContext, events: readonly OutboxEv
     outcomes[i] = outcomeOf(settled, n, target, o.commandTimeoutMs);
   }
   return outcomes;
+}
+
+function charCount(fields: readonly string[]): number {
+  let n = 0;
+  for (const f of fields) n += f.length;
+  return n;
 }
 
 function outcomeOf(settled: Settled, n: number, target: XaddTarget, timeoutMs: number): PublishOutcome {

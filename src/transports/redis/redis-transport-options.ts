@@ -135,9 +135,12 @@ function resolveConnection(options: RedisTransportOptions): ResolvedRedisConnect
       throw new ConfigError('client', 'must be an ioredis Redis instance (new Redis(...))');
     }
     if (c.isCluster === true) throw new ConfigError('client', 'is an ioredis Cluster; Redis Cluster is not supported yet, pass a Redis instance for a standalone or Sentinel-managed primary');
-    const host = typeof c.options?.host === 'string' ? c.options.host : 'localhost';
-    const port = typeof c.options?.port === 'number' ? c.options.port : 6379;
-    return Object.freeze({ kind: 'client', client: options.client, display: `redis://${bracket(host)}:${port}` });
+    const o = c.options;
+    const display =
+      Array.isArray(o?.sentinels) && o.sentinels.length > 0
+        ? `sentinel primary ${JSON.stringify(o.name ?? 'mymaster')}`
+        : `redis://${bracket(typeof o?.host === 'string' ? o.host : 'localhost')}:${typeof o?.port === 'number' ? o.port : 6379}`;
+    return Object.freeze({ kind: 'client', client: options.client, display });
   }
   if (options.url === undefined) throw new ConfigError('url', `is required (or pass client): ${URL_EXAMPLE}`);
   let url: URL;

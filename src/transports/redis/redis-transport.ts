@@ -126,13 +126,18 @@ export class RedisTransport implements Transport {
   #watch(client: Redis): void {
     const { logger } = this.#options;
     const address = this.#startContext.address;
+    let lastCode: string | undefined;
     client.on('error', (err: Error & { code?: string }) => {
-      if (!this.#started || this.#outage) return;
+      lastCode = err.code ?? err.name;
+    });
+    client.on('close', () => {
+      if (this.#client !== client || this.#outage) return;
       this.#outage = true;
-      logger.warn({ transport: 'redis', address, code: err.code ?? err.name }, 'redis connection lost; reconnecting, publishes fail as retriable meanwhile');
+      logger.warn({ transport: 'redis', address, code: lastCode ?? 'closed' }, 'redis connection lost; reconnecting, publishes fail as retriable meanwhile');
     });
     client.on('ready', () => {
-      if (!this.#outage) return;
+      lastCode = undefined;
+      if (this.#client !== client || !this.#outage) return;
       this.#outage = false;
       logger.info({ transport: 'redis', address }, 'redis connection restored');
     });
@@ -144,6 +149,7 @@ export class RedisTransport implements Transport {
     const client = this.#client;
     this.#client = null;
     this.#started = false;
+    this.#outage = false;
     if (client === null || this.#options.connection.kind === 'client') return;
     // QUIT lets replies in flight arrive; it fails at once while disconnected, and disconnect() also stops reconnecting.
     await client.quit().catch(() => {});

@@ -1,0 +1,117 @@
+/**
+ * The Redis Streams transport through the transport conformance suite,
+ * against the real Redis on 127.0.0.1:6379 (started without persistence).
+ *
+ * Reading back: entries are read with XRANGE into memory as they arrive.
+ * Redis keeps nothing on disk here, so a restart empties every stream; before
+ * the shutdown, writes are paused (CLIENT PAUSE WRITE) and the last entries
+ * are read, so that the log holds exactly what the broker acknowledged. The
+ * XADDs held by the pause fail when the server goes down and are retried by
+ * the relay after the restart.
+ */
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { promisify } from 'node:util';
+import { Redis } from 'ioredis';
+import { RedisTransport, parseStreamEntry } from 'txbox/redis';
+import { runTransportConformance, type Delivered } from 'txbox/testing';
+import { DATABASE_URL } from '../helpers/databases.ts';
+
+const run = promisify(execFile);
+const REDIS_URL = 'redis://127.0.0.1:6379';
+const prefix = `txbox-test:conf-${randomBytes(4).toString('hex')}:`;
+const SERVER_ARGS = ['--daemonize', 'yes', '--bind', '127.0.0.1', '-::1', '--port', '6379', '--save', '', '--appendonly', 'no', '--dir', '/var/lib/redis', '--logfile', '/var/log/redis/ci.log'];
+
+const reader = new Redis({ host: '127.0.0.1', port: 6379, lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => 100 });
+reader.on('error', () => {}); // it reconnects by itself after restart()
+await reader.connect();
+
+/** Per destination: entries read so far, and the stream id to read after (`-` = from the start). */
+const logs = new Map<string, { after: string; delivered: Delivered[] }>();
+let counter = 0;
+
+async function catchUp(destination: string): Promise<void> {
+  const log = logs.get(destination)!;
+  for (;;) {
+    const entries = await reader.xrange(prefix + destination, log.after === '-' ? '-' : `(${log.after}`, '+', 'COUNT', 5000);
+    if (entries.length === 0) return;
+    for (const [streamId, fields] of entries) {
+      const parsed = parseStreamEntry(fields, destination);
+      if (!parsed.ok) throw new Error(`entry ${streamId} of ${destination}: ${parsed.message}`);
+      log.delivered.push({ id: parsed.event.id, key: parsed.event.key });
+      log.after = streamId;
+    }
+  }
+}
+
+async function answersPing(): Promise<boolean> {
+  try {
+    return (await run('redis-cli', ['-h', '127.0.0.1', '-p', '6379', 'ping'], { timeout: 2000 })).stdout.trim() === 'PONG';
+  } catch {
+    return false;
+  }
+}
+
+async function until(what: string, check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+runTransportConformance({
+  name: 'redis',
+  databaseUrl: DATABASE_URL,
+  events: 10_000,
+  broker: {
+    dedup: 'none',
+    oversizeBytes: 2 * 1024 * 1024,
+    async createDestination() {
+      const destination = `d${++counter}`;
+      logs.set(destination, { after: '-', delivered: [] });
+      return destination;
+    },
+    createTransport() {
+      return new RedisTransport({ url: REDIS_URL, streamPrefix: prefix, commandTimeoutMs: 5000 });
+    },
+    async readBack(destination, expected, timeoutMs) {
+      const log = logs.get(destination)!;
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        await catchUp(destination).catch(() => {}); // Redis may be restarting
+        if (new Set(log.delivered.map((d) => d.id)).size >= expected || Date.now() > deadline) return [...log.delivered];
+        await sleep(25);
+      }
+    },
+    async restart() {
+      await reader.call('CLIENT', 'PAUSE', '30000', 'WRITE');
+      for (const destination of logs.keys()) await catchUp(destination);
+      for (const log of logs.values()) log.after = '-'; // the restarted server starts with empty streams
+      await run('redis-cli', ['-h', '127.0.0.1', '-p', '6379', 'shutdown', 'nosave']).catch(() => {}); // the server hangs up as it exits
+      await until('Redis to stop', async () => !(await answersPing()), 10_000);
+      await sleep(1000); // the relay meets refused connections meanwhile
+      await run('redis-server', SERVER_ARGS);
+      await until('Redis to answer PING after the restart', answersPing, 15_000);
+    },
+    async unroutableDestination() {
+      const destination = `plain${++counter}`;
+      await reader.set(prefix + destination, 'a string, not a stream');
+      return destination;
+    },
+    misconfigured() {
+      return [
+        { transport: new RedisTransport({ url: 'redis://127.0.0.1:1', streamPrefix: prefix, connectTimeoutMs: 2000 }), setting: /^url: .*127\.0\.0\.1:1\b/ },
+        { transport: new RedisTransport({ url: 'redis://:hunter2@127.0.0.1:6379', streamPrefix: prefix }), setting: /^url: a password is configured/ },
+        { transport: new RedisTransport({ url: 'redis://nobody-here:hunter2@127.0.0.1:6379', streamPrefix: prefix }), setting: /^url: .*"nobody-here" \(WRONGPASS\)/ },
+        { transport: new RedisTransport({ url: REDIS_URL, username: 'nobody-here', password: 'hunter2', streamPrefix: prefix }), setting: /^username: .*WRONGPASS/ },
+      ];
+    },
+    async close() {
+      const keys = await reader.keys(`${prefix}*`);
+      if (keys.length > 0) await reader.del(...keys);
+      await reader.quit();
+    },
+  },
+});
