@@ -18,9 +18,9 @@ const FACTORIES: Record<string, Factory> = {
     if (typeof o.brokers === 'string') o.brokers = o.brokers.split(',');
     return new KafkaTransport(o as unknown as ConstructorParameters<typeof KafkaTransport>[0]);
   },
-  async rabbitmq(config) {
+  async rabbitmq(config, logger) {
     const { RabbitMqTransport } = await import('../transports/rabbitmq/index.ts');
-    return new RabbitMqTransport(options(config, 'url') as unknown as ConstructorParameters<typeof RabbitMqTransport>[0]);
+    return new RabbitMqTransport({ ...options(config, 'url'), logger } as unknown as ConstructorParameters<typeof RabbitMqTransport>[0]);
   },
   async nats(config) {
     const { NatsTransport } = await import('../transports/nats/index.ts');
@@ -28,9 +28,9 @@ const FACTORIES: Record<string, Factory> = {
     if (typeof o.servers === 'string') o.servers = o.servers.split(',');
     return new NatsTransport(o as unknown as ConstructorParameters<typeof NatsTransport>[0]);
   },
-  async redis(config) {
+  async redis(config, logger) {
     const { RedisTransport } = await import('../transports/redis/index.ts');
-    return new RedisTransport(options(config, 'url') as unknown as ConstructorParameters<typeof RedisTransport>[0]);
+    return new RedisTransport({ ...options(config, 'url'), logger } as unknown as ConstructorParameters<typeof RedisTransport>[0]);
   },
 };
 

@@ -42,6 +42,14 @@ export interface InboxEvents {
   failed: { readonly id: string; readonly type: string; readonly attempts: number; readonly dead: boolean; readonly error: string };
 }
 
+/** The inbox's typed event emitter. */
+export class InboxEmitter extends TypedEmitter<InboxEvents> {
+  /** @internal */
+  fire<K extends keyof InboxEvents>(name: K, payload: InboxEvents[K]): void {
+    this.emit(name, payload);
+  }
+}
+
 /**
  * The consumer side: runs each event's handler at most once in effect. The
  * inbox row (unique per consumer and event id), the handler's writes and the
@@ -57,11 +65,8 @@ export interface InboxEvents {
  */
 export class Inbox {
   readonly consumer: string;
-  readonly events = new (class extends TypedEmitter<InboxEvents> {
-    fire<K extends keyof InboxEvents>(name: K, payload: InboxEvents[K]): void {
-      this.emit(name, payload);
-    }
-  })();
+  /** Lifecycle events for metrics and logs: `inbox.events.on('failed', ...)`. */
+  readonly events = new InboxEmitter();
   readonly #store: InboxStore;
   readonly #retry: ResolvedRetryOptions;
   readonly #handlers = new Map<string, { handler: InboxHandler<any>; definition?: EventDefinition<string, any, any> }>();

@@ -8,6 +8,8 @@ import type { DemoSink } from '../demo/demo-sink.ts';
 /** Where the demo publishes; broker sinks take the broker address from --transport-url or TXBOX_TRANSPORT_URL. */
 const SINKS: Record<string, (url: string | undefined) => Promise<DemoSink>> = {
   http: async () => new HttpDemoSink(),
+  nats: async (url) => new (await import('../demo/nats-sink.ts')).NatsDemoSink(url ? { servers: url } : {}),
+  rabbitmq: async (url) => new (await import('../demo/rabbitmq-sink.ts')).RabbitMqDemoSink(url),
   redis: async (url) => new (await import('../demo/redis-sink.ts')).RedisDemoSink(url ?? 'redis://127.0.0.1:6379'),
 };
 
@@ -55,7 +57,7 @@ Options:
     const sinkName = typeof flags.transport === 'string' ? flags.transport : 'http';
     const makeSink = SINKS[sinkName];
     if (!makeSink) throw new CliError(`--transport: unknown ${JSON.stringify(sinkName)}; choose one of ${Object.keys(SINKS).join(', ')}`);
-    const sink = await makeSink(config.transport?.url ?? (typeof flags['transport-url'] === 'string' ? flags['transport-url'] : undefined));
+    const sink = await makeSink(typeof flags["transport-url"] === "string" ? flags["transport-url"] : undefined);
     const progress = new Progress(process.stderr, 2000);
     const report = await runDemo({
       events: int('events', 5000, 1),

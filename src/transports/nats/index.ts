@@ -22,5 +22,5 @@ export {
   type NatsTransportTlsOptions,
   type ResolvedNatsTransportOptions,
 } from './nats-transport.ts';
-export { HEADER as NATS_HEADERS } from './nats-message.ts';
+export { HEADER as NATS_HEADERS, parseNatsMessage, type ParsedNatsMessage, type ReceivedNatsMessage } from './nats-message.ts';
 export { keyToken, MAX_KEY_TOKEN_LENGTH } from './nats-subjects.ts';

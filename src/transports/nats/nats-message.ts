@@ -2,7 +2,8 @@
  * One event as a JetStream message: the payload as JSON in the body, the
  * envelope's other fields in `txbox-*` headers, the event's own headers
  * (trace context) as they are. `Nats-Msg-Id` and `Nats-Expected-Stream` are
- * added by the JetStream client from the publish options.
+ * added by the JetStream client from the publish options. `parseNatsMessage`
+ * reads such a message back into the envelope.
  */
 import { headers as natsHeaders, type MsgHdrs } from '@nats-io/transport-node';
 import type { OutboxEvent } from '../../core/envelope.ts';
@@ -11,6 +12,7 @@ export const HEADER = {
   msgId: 'Nats-Msg-Id',
   expectedStream: 'Nats-Expected-Stream',
   type: 'txbox-type',
+  destination: 'txbox-destination',
   key: 'txbox-key',
   aggregateType: 'txbox-aggregate-type',
   aggregateId: 'txbox-aggregate-id',
@@ -50,6 +52,7 @@ export function buildMessage(event: OutboxEvent, expectedStream: string | null):
   }
   const body = Buffer.from(json ?? 'null', 'utf8');
   const h = natsHeaders();
+  // append, not set: names are distinct here, and set() first searches for the name to delete.
   let headerBytes = HEADER_FRAME_BYTES + entryBytes(HEADER.msgId, event.id);
   if (expectedStream !== null) headerBytes += entryBytes(HEADER.expectedStream, expectedStream);
   let contentType = 'application/json';
@@ -69,11 +72,12 @@ export function buildMessage(event: OutboxEvent, expectedStream: string | null):
     if (!HEADER_NAME.test(name)) return { ok: false, reason: `event header ${JSON.stringify(name)} is not a valid NATS header name (printable ASCII without ":" or spaces)` };
     const problem = valueProblem(value);
     if (problem) return { ok: false, reason: `event header ${JSON.stringify(name)} ${problem}` };
-    h.set(name, value);
+    h.append(name, value);
     headerBytes += entryBytes(name, value);
   }
   const own: [string, string][] = [
     [HEADER.type, event.type],
+    [HEADER.destination, event.destination],
     [HEADER.key, event.key],
     [HEADER.aggregateType, event.aggregateType],
     [HEADER.aggregateId, event.aggregateId],
@@ -84,7 +88,7 @@ export function buildMessage(event: OutboxEvent, expectedStream: string | null):
   for (const [name, value] of own) {
     const problem = valueProblem(value);
     if (problem) return { ok: false, reason: `${name} ${problem}` };
-    h.set(name, value);
+    h.append(name, value);
     headerBytes += entryBytes(name, value);
   }
   return { ok: true, message: { headers: h, body, bytes: body.length + headerBytes } };
@@ -101,4 +105,75 @@ function valueProblem(value: unknown): string | null {
 /** `name: value\r\n` in bytes. */
 function entryBytes(name: string, value: string): number {
   return name.length + 2 + Buffer.byteLength(value, 'utf8') + 2;
+}
+
+/** The parts of a received NATS message that `parseNatsMessage` reads (a JsMsg or StoredMsg fits). */
+export interface ReceivedNatsMessage {
+  readonly subject: string;
+  readonly data: Uint8Array;
+  readonly headers?: MsgHdrs | undefined;
+}
+
+export type ParsedNatsMessage = { readonly ok: true; readonly event: OutboxEvent } | { readonly ok: false; readonly message: string };
+
+/**
+ * Reads a message NatsTransport published back into the event envelope:
+ * `id` from `Nats-Msg-Id`, the payload from the JSON body, the other fields
+ * from the `txbox-*` headers, and every other header except `Nats-*` as the
+ * event's headers (`content-type` only when it is not the default
+ * `application/json`). Messages name the header, never its value.
+ *
+ * @example
+ * for await (const m of messages) {
+ *   const parsed = parseNatsMessage(m);
+ *   if (!parsed.ok) { m.term(); continue; }
+ *   await inbox.process(parsed.event);
+ *   m.ack();
+ * }
+ */
+export function parseNatsMessage(m: ReceivedNatsMessage): ParsedNatsMessage {
+  const h = m.headers;
+  if (!h) return { ok: false, message: 'the message has no headers; it was not published by NatsTransport' };
+  const get = (name: string): string => h.get(name);
+  const id = get(HEADER.msgId);
+  const type = get(HEADER.type);
+  if (!id) return { ok: false, message: `the message has no ${HEADER.msgId} header` };
+  if (!type) return { ok: false, message: `the message has no ${HEADER.type} header` };
+  let payload: unknown;
+  try {
+    payload = m.data.length === 0 ? null : JSON.parse(Buffer.from(m.data.buffer, m.data.byteOffset, m.data.byteLength).toString('utf8'));
+  } catch {
+    return { ok: false, message: 'the body is not valid JSON' };
+  }
+  const occurredAtText = get(HEADER.occurredAt);
+  const occurredAt = occurredAtText ? new Date(occurredAtText) : new Date();
+  if (Number.isNaN(occurredAt.getTime())) return { ok: false, message: `${HEADER.occurredAt} is not an ISO 8601 date` };
+  const versionText = get(HEADER.version);
+  const version = versionText === '' ? null : Number(versionText);
+  if (version !== null && !Number.isSafeInteger(version)) return { ok: false, message: `${HEADER.version} is not an integer` };
+  const headers: Record<string, string> = {};
+  for (const name of h.keys()) {
+    const lower = name.toLowerCase();
+    if (lower.startsWith('nats-') || lower.startsWith('txbox-')) continue;
+    const value = get(name);
+    if (lower === HEADER.contentType && value === 'application/json') continue;
+    headers[name] = value;
+  }
+  const aggregateType = get(HEADER.aggregateType);
+  const aggregateId = get(HEADER.aggregateId);
+  return {
+    ok: true,
+    event: {
+      id,
+      type,
+      aggregateType,
+      aggregateId,
+      key: get(HEADER.key) || `${aggregateType}:${aggregateId}`,
+      destination: get(HEADER.destination),
+      payload,
+      headers,
+      occurredAt,
+      version,
+    },
+  };
 }

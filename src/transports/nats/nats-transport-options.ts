@@ -145,6 +145,8 @@ export function resolveNatsTransportOptions(options: NatsTransportOptions = {}):
     // Detects a half-open TCP connection within about a minute instead of the default four.
     pingInterval: 20_000,
     maxPingOut: 3,
+    // nats.js otherwise builds two Error objects (stack traces) per request: about a quarter of the CPU of a publish.
+    noAsyncTraces: true,
   };
   const credentials = resolveCredentials(options, connect, servers);
   if (options.tls !== undefined) {

@@ -7,7 +7,7 @@ import type { PublishOutcome, Transport } from '../../core/ports.ts';
 import { buildMessage } from './nats-message.ts';
 import { ACK, classifyPublishError, connectFailure, fail, findError, jetStreamCheckFailure, messageOf, unroutable, type PublishFailureContext } from './nats-outcomes.ts';
 import { keyToken, subjectProblem } from './nats-subjects.ts';
-import { resolveNatsTransportOptions, type NatsTransportOptions, type ResolvedNatsTransportOptions } from './nats-transport-options.ts';
+import { redactServer, resolveNatsTransportOptions, type NatsTransportOptions, type ResolvedNatsTransportOptions } from './nats-transport-options.ts';
 
 export {
   redactServer,
@@ -165,7 +165,7 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
         if (s.type === 'disconnect') session.connected = false;
         else if (s.type === 'reconnect') session.connected = true;
         else if (s.type === 'close') session.connected = false;
-        if (s.type === 'disconnect' || s.type === 'reconnect' || s.type === 'ldm') this.emit('connection', { status: s.type, server: s.server });
+        if (s.type === 'disconnect' || s.type === 'reconnect' || s.type === 'ldm') this.emit('connection', { status: s.type, server: redactServer(s.server) });
         else if (s.type === 'error') this.emit('connection', { status: 'error', error: messageOf(s.error) });
         else if (s.type === 'close') this.emit('connection', { status: 'close' });
       }

@@ -78,10 +78,13 @@ export class RabbitMqTransport extends TypedEmitter<RabbitMqTransportEvents> imp
    * unreachable broker; the password never appears. Reopens after `close()`.
    */
   async start(signal: AbortSignal = new AbortController().signal): Promise<void> {
-    if (this.#closing) {
-      await this.#closing;
-      this.#closing = null;
-      this.#connection = this.#newConnection();
+    const closing = this.#closing;
+    if (closing) {
+      await closing;
+      if (this.#closing === closing) {
+        this.#closing = null;
+        this.#connection = this.#newConnection();
+      }
     }
     if (this.#connection.state !== 'idle') return this.#starting ?? undefined;
     this.#starting ??= this.#start(signal).finally(() => {

@@ -1,0 +1,121 @@
+import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Admin, Consumer, Kafka } from 'kafkajs';
+import type { Transport } from '../../core/ports.ts';
+import type { Arrival, DemoSink, Deliver } from './demo-sink.ts';
+
+export interface KafkaDemoSinkOptions {
+  /** The bootstrap broker, `host:port`. Default: `'127.0.0.1:9092'` (scripts/kafka/up.sh). */
+  readonly brokers?: string;
+}
+
+type KafkaModule = typeof import('../../transports/kafka/index.ts');
+
+/** The demo's destinations; each gets its own fresh topic. */
+const DESTINATIONS = ['orders', 'payments'] as const;
+const PARTITIONS = 6;
+
+/**
+ * The demo's downstream side on a real Kafka broker: a fresh topic per
+ * destination (6 partitions), published to by KafkaTransport and read back
+ * in the background by a consumer group. Every message goes into `arrivals`
+ * and then to `deliver`; its offset is committed only after `deliver`
+ * resolved, so a crash of the reader re-reads it (the inbox drops the
+ * repeat). When `deliver` rejects, the message is handed to it again after a
+ * pause, holding back its partition, so each key keeps its order. Partitions
+ * are read in parallel. The topics and the group are deleted on close. kafkajs
+ * is loaded by `start()`, so the CLI runs without it unless this sink is chosen.
+ */
+export class KafkaDemoSink implements DemoSink {
+  readonly arrivals: Arrival[] = [];
+  /** Messages that are not txbox events: counted rather than hidden. */
+  undecodable = 0;
+  readonly #brokers: string;
+  readonly #run = randomBytes(4).toString('hex');
+  readonly #topics = Object.fromEntries(DESTINATIONS.map((d) => [d, `txbox-demo-${this.#run}-${d}`])) as Record<(typeof DESTINATIONS)[number], string>;
+  readonly #group = `txbox-demo-${this.#run}`;
+  #module: KafkaModule | undefined;
+  #admin: Admin | undefined;
+  #consumer: Consumer | undefined;
+  #created = false;
+  #stopped = false;
+
+  constructor(options: KafkaDemoSinkOptions = {}) {
+    this.#brokers = options.brokers ?? '127.0.0.1:9092';
+  }
+
+  get name(): string {
+    return `Kafka (topics ${Object.values(this.#topics).join(', ')} at ${this.#brokers})`;
+  }
+
+  async start(deliver: Deliver): Promise<void> {
+    const [mod, kafkajs] = await Promise.all([import('../../transports/kafka/index.ts'), import('kafkajs')]);
+    this.#module = mod;
+    // Checks the address with the transport's own messages (naming the setting) before anything is created.
+    const probe = new mod.KafkaTransport({ brokers: [this.#brokers], allowAutoTopicCreation: true, producers: 1 });
+    await probe.start(AbortSignal.timeout(30_000));
+    await probe.close();
+    const kafka: Kafka = new kafkajs.Kafka({ brokers: [this.#brokers], clientId: 'txbox-demo-reader', logLevel: kafkajs.logLevel.NOTHING });
+    this.#admin = kafka.admin();
+    await this.#admin.connect();
+    await this.#admin.createTopics({ topics: Object.values(this.#topics).map((topic) => ({ topic, numPartitions: PARTITIONS })), waitForLeaders: true });
+    this.#created = true;
+    const consumer = kafka.consumer({ groupId: this.#group, maxWaitTimeInMs: 100 });
+    this.#consumer = consumer;
+    await consumer.connect();
+    await consumer.subscribe({ topics: Object.values(this.#topics), fromBeginning: true });
+    const destinationOf = new Map(Object.entries(this.#topics).map(([d, t]) => [t, d]));
+    const joined = new Promise<void>((resolve) => consumer.on(consumer.events.GROUP_JOIN, () => resolve()));
+    await consumer.run({
+      autoCommit: false,
+      partitionsConsumedConcurrently: PARTITIONS,
+      eachMessage: async ({ topic, partition, message }) => {
+        const parsed = mod.parseKafkaMessage(message, destinationOf.get(topic) ?? topic);
+        if (parsed.ok) {
+          this.arrivals.push({ id: parsed.event.id, key: parsed.event.key, at: performance.now() });
+          await this.#deliverUntilDone(deliver, parsed.event);
+        } else {
+          this.undecodable++;
+        }
+        // Only now: a message whose delivery did not finish is read again by the next reader of the group.
+        await consumer.commitOffsets([{ topic, partition, offset: (BigInt(message.offset) + 1n).toString() }]);
+      },
+    });
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error('the demo reader did not join its consumer group within 30 s')), 30_000);
+    });
+    try {
+      await Promise.race([joined, late]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  transport(): Transport {
+    if (!this.#module) throw new Error('KafkaDemoSink: call start() first');
+    return new this.#module.KafkaTransport({ brokers: [this.#brokers], clientId: 'txbox-demo-relay', topics: this.#topics });
+  }
+
+  async close(): Promise<void> {
+    this.#stopped = true;
+    await this.#consumer?.disconnect().catch(() => {});
+    if (this.#admin) {
+      if (this.#created) await this.#admin.deleteTopics({ topics: Object.values(this.#topics) }).catch(() => {});
+      await this.#admin.deleteGroups([this.#group]).catch(() => {});
+      await this.#admin.disconnect().catch(() => {});
+    }
+  }
+
+  async #deliverUntilDone(deliver: Deliver, event: Parameters<Deliver>[0]): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await deliver(event);
+      } catch (err) {
+        // Stopping: leave the offset uncommitted (the message counts as not delivered).
+        if (this.#stopped) throw err;
+        await sleep(Math.min(2000, 100 * 2 ** attempt));
+      }
+    }
+  }
+}
