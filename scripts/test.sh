@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 [ -d node_modules ] || npm ci --no-audit --no-fund
 bash scripts/services.sh
-if [ -x scripts/kafka/up.sh ] && ls test/**/kafka* test/*/kafka* >/dev/null 2>&1; then bash scripts/kafka/up.sh; fi
+bash scripts/kafka/up.sh
 
 echo "typecheck..."
 npx tsc -p tsconfig.json --noEmit
