@@ -12,9 +12,9 @@ const FACTORIES: Record<string, Factory> = {
     const { HttpTransport } = await import('../transports/http/index.ts');
     return new HttpTransport(options(config) as unknown as ConstructorParameters<typeof HttpTransport>[0]);
   },
-  async kafka(config) {
+  async kafka(config, logger) {
     const { KafkaTransport } = await import('../transports/kafka/index.ts');
-    const o = options(config, 'brokers');
+    const o: Record<string, unknown> = { ...options(config, 'brokers'), logger };
     if (typeof o.brokers === 'string') o.brokers = o.brokers.split(',');
     return new KafkaTransport(o as unknown as ConstructorParameters<typeof KafkaTransport>[0]);
   },
@@ -24,7 +24,7 @@ const FACTORIES: Record<string, Factory> = {
   },
   async nats(config) {
     const { NatsTransport } = await import('../transports/nats/index.ts');
-    const o = options(config, 'servers');
+    const o: Record<string, unknown> = options(config, 'servers');
     if (typeof o.servers === 'string') o.servers = o.servers.split(',');
     return new NatsTransport(o as unknown as ConstructorParameters<typeof NatsTransport>[0]);
   },

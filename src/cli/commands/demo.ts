@@ -8,6 +8,7 @@ import type { DemoSink } from '../demo/demo-sink.ts';
 /** Where the demo publishes; broker sinks take the broker address from --transport-url or TXBOX_TRANSPORT_URL. */
 const SINKS: Record<string, (url: string | undefined) => Promise<DemoSink>> = {
   http: async () => new HttpDemoSink(),
+  kafka: async (url) => new (await import('../demo/kafka-sink.ts')).KafkaDemoSink(url ? { brokers: url } : {}),
   nats: async (url) => new (await import('../demo/nats-sink.ts')).NatsDemoSink(url ? { servers: url } : {}),
   rabbitmq: async (url) => new (await import('../demo/rabbitmq-sink.ts')).RabbitMqDemoSink(url),
   redis: async (url) => new (await import('../demo/redis-sink.ts')).RedisDemoSink(url ?? 'redis://127.0.0.1:6379'),

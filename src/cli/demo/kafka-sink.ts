@@ -11,19 +11,23 @@ export interface KafkaDemoSinkOptions {
 
 type KafkaModule = typeof import('../../transports/kafka/index.ts');
 
-/** The demo's destinations; each gets its own fresh topic. */
+/**
+ * The demo's destinations share one topic: their events have the same keys
+ * (an order's creation and its payments), and Kafka keeps order only within
+ * a partition of one topic. The `txbox-destination` header tells them apart.
+ */
 const DESTINATIONS = ['orders', 'payments'] as const;
 const PARTITIONS = 6;
 
 /**
- * The demo's downstream side on a real Kafka broker: a fresh topic per
- * destination (6 partitions), published to by KafkaTransport and read back
+ * The demo's downstream side on a real Kafka broker: one fresh topic (6
+ * partitions) for both destinations, published to by KafkaTransport and read back
  * in the background by a consumer group. Every message goes into `arrivals`
- * and then to `deliver`; its offset is committed only after `deliver`
- * resolved, so a crash of the reader re-reads it (the inbox drops the
- * repeat). When `deliver` rejects, the message is handed to it again after a
+ * and then to `deliver`; offsets are committed after each fetched batch, up
+ * to the last message whose `deliver` resolved, so a crash of the reader
+ * re-reads what was not delivered (the inbox drops repeats). When `deliver` rejects, the message is handed to it again after a
  * pause, holding back its partition, so each key keeps its order. Partitions
- * are read in parallel. The topics and the group are deleted on close. kafkajs
+ * are read in parallel. The topic and the group are deleted on close. kafkajs
  * is loaded by `start()`, so the CLI runs without it unless this sink is chosen.
  */
 export class KafkaDemoSink implements DemoSink {
@@ -32,7 +36,7 @@ export class KafkaDemoSink implements DemoSink {
   undecodable = 0;
   readonly #brokers: string;
   readonly #run = randomBytes(4).toString('hex');
-  readonly #topics = Object.fromEntries(DESTINATIONS.map((d) => [d, `txbox-demo-${this.#run}-${d}`])) as Record<(typeof DESTINATIONS)[number], string>;
+  readonly #topic = `txbox-demo-${this.#run}`;
   readonly #group = `txbox-demo-${this.#run}`;
   #module: KafkaModule | undefined;
   #admin: Admin | undefined;
@@ -45,7 +49,7 @@ export class KafkaDemoSink implements DemoSink {
   }
 
   get name(): string {
-    return `Kafka (topics ${Object.values(this.#topics).join(', ')} at ${this.#brokers})`;
+    return `Kafka (topic ${this.#topic} at ${this.#brokers})`;
   }
 
   async start(deliver: Deliver): Promise<void> {
@@ -53,32 +57,42 @@ export class KafkaDemoSink implements DemoSink {
     this.#module = mod;
     // Checks the address with the transport's own messages (naming the setting) before anything is created.
     const probe = new mod.KafkaTransport({ brokers: [this.#brokers], allowAutoTopicCreation: true, producers: 1 });
-    await probe.start(AbortSignal.timeout(30_000));
-    await probe.close();
+    try {
+      await probe.start(AbortSignal.timeout(30_000));
+    } finally {
+      await probe.close();
+    }
     const kafka: Kafka = new kafkajs.Kafka({ brokers: [this.#brokers], clientId: 'txbox-demo-reader', logLevel: kafkajs.logLevel.NOTHING });
     this.#admin = kafka.admin();
     await this.#admin.connect();
-    await this.#admin.createTopics({ topics: Object.values(this.#topics).map((topic) => ({ topic, numPartitions: PARTITIONS })), waitForLeaders: true });
+    await this.#admin.createTopics({ topics: [{ topic: this.#topic, numPartitions: PARTITIONS }], waitForLeaders: true });
     this.#created = true;
     const consumer = kafka.consumer({ groupId: this.#group, maxWaitTimeInMs: 100 });
     this.#consumer = consumer;
     await consumer.connect();
-    await consumer.subscribe({ topics: Object.values(this.#topics), fromBeginning: true });
-    const destinationOf = new Map(Object.entries(this.#topics).map(([d, t]) => [t, d]));
+    await consumer.subscribe({ topic: this.#topic, fromBeginning: true });
     const joined = new Promise<void>((resolve) => consumer.on(consumer.events.GROUP_JOIN, () => resolve()));
     await consumer.run({
       autoCommit: false,
+      eachBatchAutoResolve: false,
       partitionsConsumedConcurrently: PARTITIONS,
-      eachMessage: async ({ topic, partition, message }) => {
-        const parsed = mod.parseKafkaMessage(message, destinationOf.get(topic) ?? topic);
-        if (parsed.ok) {
-          this.arrivals.push({ id: parsed.event.id, key: parsed.event.key, at: performance.now() });
-          await this.#deliverUntilDone(deliver, parsed.event);
-        } else {
-          this.undecodable++;
+      eachBatch: async ({ batch, resolveOffset, heartbeat, isRunning, isStale }) => {
+        let done: string | null = null;
+        for (const message of batch.messages) {
+          if (!isRunning() || isStale()) break;
+          const parsed = mod.parseKafkaMessage(message);
+          if (parsed.ok) {
+            this.arrivals.push({ id: parsed.event.id, key: parsed.event.key, at: performance.now() });
+            await this.#deliverUntilDone(deliver, parsed.event);
+          } else {
+            this.undecodable++;
+          }
+          resolveOffset(message.offset);
+          done = message.offset;
+          await heartbeat();
         }
-        // Only now: a message whose delivery did not finish is read again by the next reader of the group.
-        await consumer.commitOffsets([{ topic, partition, offset: (BigInt(message.offset) + 1n).toString() }]);
+        // Only now, and only up to the last delivered message: the rest is read again by the group's next reader.
+        if (done !== null) await consumer.commitOffsets([{ topic: batch.topic, partition: batch.partition, offset: (BigInt(done) + 1n).toString() }]);
       },
     });
     let timer: NodeJS.Timeout | undefined;
@@ -94,14 +108,15 @@ export class KafkaDemoSink implements DemoSink {
 
   transport(): Transport {
     if (!this.#module) throw new Error('KafkaDemoSink: call start() first');
-    return new this.#module.KafkaTransport({ brokers: [this.#brokers], clientId: 'txbox-demo-relay', topics: this.#topics });
+    const topics = Object.fromEntries(DESTINATIONS.map((d) => [d, this.#topic]));
+    return new this.#module.KafkaTransport({ brokers: [this.#brokers], clientId: 'txbox-demo-relay', topics });
   }
 
   async close(): Promise<void> {
     this.#stopped = true;
     await this.#consumer?.disconnect().catch(() => {});
     if (this.#admin) {
-      if (this.#created) await this.#admin.deleteTopics({ topics: Object.values(this.#topics) }).catch(() => {});
+      if (this.#created) await this.#admin.deleteTopics({ topics: [this.#topic] }).catch(() => {});
       await this.#admin.deleteGroups([this.#group]).catch(() => {});
       await this.#admin.disconnect().catch(() => {});
     }

@@ -1,0 +1,147 @@
+/**
+ * One event as a Kafka message: key = the event's ordering key (so that one
+ * key stays in one partition), value = the payload as JSON, the envelope's
+ * other fields in `txbox-*` headers, and the event's own headers (trace
+ * context) as they are. And the reverse, for consumers.
+ */
+import type { OutboxEvent } from '../../core/envelope.ts';
+import type { KafkaRecord } from './kafka-client.ts';
+
+export const KAFKA_HEADER = {
+  id: 'txbox-id',
+  type: 'txbox-type',
+  aggregateType: 'txbox-aggregate-type',
+  aggregateId: 'txbox-aggregate-id',
+  version: 'txbox-version',
+  occurredAt: 'txbox-occurred-at',
+  destination: 'txbox-destination',
+  contentType: 'content-type',
+} as const;
+
+const DEFAULT_CONTENT_TYPE = 'application/json';
+/** A record batch's header (61 bytes) plus the log entry overhead (12), counted once per message. */
+const BATCH_OVERHEAD = 73;
+/** A record's own framing, at most: length, attributes, timestamp and offset deltas, key and value lengths, header count (varints). */
+const RECORD_OVERHEAD = 40;
+/** One header's two length varints, at most. */
+const HEADER_OVERHEAD = 10;
+
+export type BuiltRecord = { readonly ok: true; readonly record: KafkaRecord } | { readonly ok: false; readonly reason: string };
+
+/**
+ * Builds the message, or says why the event cannot travel: a payload JSON
+ * cannot represent, a header that is not a string, or an event header named
+ * `txbox-*` (set by txbox). An event's `content-type` header replaces the
+ * default `application/json`. Reasons never quote a value.
+ */
+export function buildKafkaRecord(event: OutboxEvent, topic: string): BuiltRecord {
+  let json: string | undefined;
+  try {
+    json = JSON.stringify(event.payload);
+  } catch (err) {
+    return { ok: false, reason: `the payload cannot be serialized to JSON (${err instanceof Error ? err.message : String(err)})` };
+  }
+  const key = Buffer.from(event.key, 'utf8');
+  const value = Buffer.from(json ?? 'null', 'utf8');
+  const headers: Record<string, Buffer> = {};
+  let bytes = BATCH_OVERHEAD + RECORD_OVERHEAD + key.length + value.length;
+  const add = (name: string, text: string): void => {
+    const v = Buffer.from(text, 'utf8');
+    headers[name] = v;
+    bytes += HEADER_OVERHEAD + Buffer.byteLength(name, 'utf8') + v.length;
+  };
+  let contentType = DEFAULT_CONTENT_TYPE;
+  const own = event.headers ?? {};
+  for (const name in own) {
+    const text = own[name];
+    if (typeof text !== 'string') return { ok: false, reason: `event header ${JSON.stringify(name)} must be a string` };
+    const lower = name.toLowerCase();
+    if (lower === KAFKA_HEADER.contentType) {
+      contentType = text;
+      continue;
+    }
+    if (lower.startsWith('txbox-')) return { ok: false, reason: `event header ${JSON.stringify(name)} is reserved: txbox-* headers are set by txbox; rename it` };
+    if (name === '') return { ok: false, reason: 'an event header has an empty name' };
+    add(name, text);
+  }
+  add(KAFKA_HEADER.id, event.id);
+  add(KAFKA_HEADER.type, event.type);
+  add(KAFKA_HEADER.aggregateType, event.aggregateType);
+  add(KAFKA_HEADER.aggregateId, event.aggregateId);
+  if (event.version !== null && event.version !== undefined) add(KAFKA_HEADER.version, String(event.version));
+  add(KAFKA_HEADER.occurredAt, event.occurredAt.toISOString());
+  // Several destinations may share a topic (one topic per aggregate): this tells them apart.
+  add(KAFKA_HEADER.destination, event.destination);
+  add(KAFKA_HEADER.contentType, contentType);
+  return { ok: true, record: { topic, key, value, headers, bytes } };
+}
+
+/** A consumed message, as kafkajs (and most clients) hand it over. */
+export interface KafkaMessageLike {
+  readonly key: Buffer | string | null;
+  readonly value: Buffer | string | null;
+  readonly headers?: Readonly<Record<string, Buffer | string | readonly (Buffer | string)[] | undefined>>;
+}
+
+export type ParsedKafkaMessage = { readonly ok: true; readonly event: OutboxEvent } | { readonly ok: false; readonly message: string };
+
+/**
+ * Reads a message written by KafkaTransport back into an event. The event's
+ * destination is the `txbox-destination` header, else `destination` (the name
+ * the consumer knows the topic by). Only `txbox-id` and
+ * `txbox-type` are required. `headers` gets every header except `txbox-*`
+ * (and `content-type` when it is the default). Messages name the field, never
+ * its value. Consumers dedup by `event.id`: Kafka keeps every copy of a
+ * re-published event.
+ *
+ * @example
+ * await consumer.run({ eachMessage: async ({ message }) => {
+ *   const parsed = parseKafkaMessage(message, 'orders');
+ *   if (parsed.ok) await inbox.process(parsed.event);
+ * } });
+ */
+export function parseKafkaMessage(message: KafkaMessageLike, destination = ''): ParsedKafkaMessage {
+  const h = new Map<string, string>();
+  const eventHeaders: Record<string, string> = {};
+  for (const [name, raw] of Object.entries(message.headers ?? {})) {
+    if (raw === undefined) continue;
+    const first = Array.isArray(raw) ? raw[0] : raw;
+    if (first === undefined) continue;
+    const text = typeof first === 'string' ? first : (first as Buffer).toString('utf8');
+    const lower = name.toLowerCase();
+    if (lower.startsWith('txbox-')) h.set(lower, text);
+    else if (!(lower === KAFKA_HEADER.contentType && text === DEFAULT_CONTENT_TYPE)) eventHeaders[name] = text;
+  }
+  const id = h.get(KAFKA_HEADER.id);
+  const type = h.get(KAFKA_HEADER.type);
+  if (!id) return bad(`the message has no "${KAFKA_HEADER.id}" header`);
+  if (!type) return bad(`the message has no "${KAFKA_HEADER.type}" header`);
+  let payload: unknown = null;
+  if (message.value !== null) {
+    try {
+      payload = JSON.parse(typeof message.value === 'string' ? message.value : message.value.toString('utf8'));
+    } catch {
+      return bad('the value is not valid JSON');
+    }
+  }
+  let version: number | null = null;
+  const versionText = h.get(KAFKA_HEADER.version);
+  if (versionText !== undefined) {
+    version = Number(versionText);
+    if (!/^-?\d+$/.test(versionText) || !Number.isSafeInteger(version)) return bad(`"${KAFKA_HEADER.version}" must be an integer`);
+  }
+  const occurredText = h.get(KAFKA_HEADER.occurredAt);
+  const occurredAt = occurredText === undefined ? new Date() : new Date(occurredText);
+  if (Number.isNaN(occurredAt.getTime())) return bad(`"${KAFKA_HEADER.occurredAt}" must be an ISO 8601 date`);
+  const aggregateType = h.get(KAFKA_HEADER.aggregateType) ?? '';
+  const aggregateId = h.get(KAFKA_HEADER.aggregateId) ?? '';
+  const key = message.key === null ? `${aggregateType}:${aggregateId}` : typeof message.key === 'string' ? message.key : message.key.toString('utf8');
+  return {
+    ok: true,
+    event: { id, type, aggregateType, aggregateId, key, destination: h.get(KAFKA_HEADER.destination) ?? destination, payload, headers: eventHeaders, occurredAt, version },
+  };
+}
+
+function bad(message: string): ParsedKafkaMessage {
+  return { ok: false, message };
+}
