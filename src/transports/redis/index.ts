@@ -16,3 +16,13 @@ export {
   type ResolvedRedisTransportOptions,
 } from './redis-transport.ts';
 export { encodeStreamFields, parseStreamEntry, type ParsedStreamEntry } from './redis-stream-fields.ts';
+export {
+  RedisConsumer,
+  resolveRedisConsumerOptions,
+  type ConsumerStream,
+  type RedisConsumerEvents,
+  type RedisConsumerOptions,
+  type RedisConsumerStats,
+  type RedisSettledStatus,
+  type ResolvedRedisConsumerOptions,
+} from './redis-consumer.ts';
