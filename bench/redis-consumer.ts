@@ -71,12 +71,19 @@ function memoryStore(): InboxStore {
   const seen = new Set<string>();
   const tx = { query: async () => ({ rows: [], rowCount: 0 }) };
   return {
-    async runOnce(consumer, event, handler) {
-      const id = `${consumer}/${event.id}`;
-      if (seen.has(id)) return false;
-      await handler(tx as never);
-      seen.add(id);
-      return true;
+    async runBatch(consumer, events, handler) {
+      const ran: boolean[] = [];
+      for (const event of events) {
+        const id = `${consumer}/${event.id}`;
+        if (seen.has(id)) {
+          ran.push(false);
+          continue;
+        }
+        await handler(tx as never, event);
+        seen.add(id);
+        ran.push(true);
+      }
+      return { ran, heldKeys: [] };
     },
     recordFailure: async () => ({ attempts: 1, dead: false }),
     hold: async () => {},

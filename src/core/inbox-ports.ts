@@ -18,11 +18,19 @@ export type InboxOutcome =
 /** The consumer-side table. */
 export interface InboxStore {
   /**
-   * Runs `handler` in a transaction that first records (consumer, event id) as
-   * processed; both commit together. Resolves `false` without running the
-   * handler when the id was already processed, dead or held.
+   * Runs `handler` for each event in ONE transaction that first records every
+   * (consumer, event id) as processed; the handlers' writes and the marks
+   * commit together. `ran[i]` is false when event i was already processed,
+   * dead or otherwise taken (its handler did not run). `heldKeys` are keys
+   * with events held for a version gap, to re-run after this commit. If a
+   * handler throws, everything rolls back and the error is rethrown as an
+   * `InboxBatchError` naming the event.
    */
-  runOnce(consumer: string, event: OutboxEvent, handler: (tx: SqlExecutor) => Promise<void>): Promise<boolean>;
+  runBatch(
+    consumer: string,
+    events: readonly OutboxEvent[],
+    handler: (tx: SqlExecutor, event: OutboxEvent) => Promise<void>,
+  ): Promise<{ readonly ran: boolean[]; readonly heldKeys: string[] }>;
   /** Records a failed attempt (outside the rolled-back transaction); the row turns dead at `maxAttempts`. */
   recordFailure(consumer: string, event: OutboxEvent, error: string, maxAttempts: number): Promise<{ readonly attempts: number; readonly dead: boolean }>;
   /** Keeps an event aside (a version gap) until an earlier version of its key is processed. */
@@ -46,4 +54,14 @@ export interface Consumer {
   start(): Promise<void>;
   /** Stops receiving; events in progress finish (committed and acked) first, within the consumer's stop timeout. */
   stop(): Promise<void>;
+}
+
+/** A handler failed inside a batch; the whole batch transaction was rolled back. */
+export class InboxBatchError extends Error {
+  constructor(
+    readonly index: number,
+    override readonly cause: unknown,
+  ) {
+    super(`handler of batch item ${index} failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+  }
 }

@@ -2,7 +2,7 @@ import { TypedEmitter, keyHash } from '../core/emitter.ts';
 import type { OutboxEvent } from '../core/envelope.ts';
 import { ConfigError, TxboxError } from '../core/errors.ts';
 import type { EventDefinition } from '../core/events.ts';
-import type { InboxOutcome, InboxStore } from '../core/inbox-ports.ts';
+import { InboxBatchError, type InboxOutcome, type InboxStore } from '../core/inbox-ports.ts';
 import type { Logger } from '../core/logger.ts';
 import { silentLogger } from '../core/logger.ts';
 import type { SqlExecutor } from '../core/ports.ts';
@@ -33,6 +33,20 @@ export interface InboxOptions {
   /** How often operator retries (`txbox inbox dead retry`) are picked up, in ms. Default: 5000. */
   readonly redriveIntervalMs?: number;
   readonly logger?: Logger;
+  /**
+   * Group commit: `process` calls made at the same time (consumers handle many
+   * keys at once) share one transaction of up to `maxSize` events, with up to
+   * `concurrency` such transactions at once. If a handler fails, that batch is
+   * redone one event at a time, so one failure never affects another event.
+   * `maxSize: 1` turns it off. Default: `{ maxSize: 64, concurrency: 2 }`.
+   */
+  readonly batch?: { readonly maxSize?: number; readonly concurrency?: number };
+}
+
+interface Pending {
+  readonly event: OutboxEvent;
+  resolve(outcome: InboxOutcome): void;
+  reject(err: unknown): void;
 }
 
 export interface InboxEvents {
@@ -74,9 +88,14 @@ export class Inbox {
   readonly #redriveMs: number;
   #timer: NodeJS.Timeout | undefined;
   #redriving = false;
+  readonly #batchMax: number;
+  readonly #batchConcurrency: number;
+  readonly #queue: Pending[] = [];
+  #scheduled = false;
+  #flushing = 0;
 
   constructor(options: InboxOptions) {
-    if (!options?.store || typeof options.store.runOnce !== 'function') {
+    if (!options?.store || typeof options.store.runBatch !== 'function') {
       throw new ConfigError('store', 'is required: pass an inbox store such as new PostgresInboxStore({ connection })');
     }
     if (typeof options.consumer !== 'string' || !/^[\w.:-]{1,100}$/.test(options.consumer)) {
@@ -89,6 +108,11 @@ export class Inbox {
     const every = options.redriveIntervalMs ?? 5000;
     if (!Number.isSafeInteger(every) || every < 10) throw new ConfigError('redriveIntervalMs', 'must be an integer >= 10');
     this.#redriveMs = every;
+    const batch = options.batch ?? {};
+    this.#batchMax = batch.maxSize ?? 64;
+    this.#batchConcurrency = batch.concurrency ?? 2;
+    if (!Number.isSafeInteger(this.#batchMax) || this.#batchMax < 1) throw new ConfigError('batch.maxSize', 'must be a positive integer');
+    if (!Number.isSafeInteger(this.#batchConcurrency) || this.#batchConcurrency < 1) throw new ConfigError('batch.concurrency', 'must be a positive integer');
   }
 
   /** Registers the handler of one event type (typed by its definition, or by type name). One handler per type. */
@@ -109,45 +133,146 @@ export class Inbox {
   /**
    * Applies one received event once. Ack the broker when the outcome is
    * processed, duplicate, ignored, held or dead; redeliver after `delayMs`
-   * when it is retry.
+   * when it is retry. Calls made at the same time (different keys) are
+   * grouped into one transaction (`batch`); do not call it concurrently for
+   * events of the same key: wait for the earlier one, as consumers do.
    */
-  async process(event: OutboxEvent): Promise<InboxOutcome> {
-    const outcome = await this.#processOne(event);
-    if (outcome.status === 'processed') await this.#releaseHeld(event.key);
+  process(event: OutboxEvent): Promise<InboxOutcome> {
+    if (this.#batchMax <= 1) return this.#processAlone(event);
+    return new Promise((resolve, reject) => {
+      this.#queue.push({ event, resolve, reject });
+      if (this.#queue.length >= this.#batchMax) this.#pump();
+      else if (!this.#scheduled) {
+        this.#scheduled = true;
+        setImmediate(() => {
+          this.#scheduled = false;
+          this.#pump();
+        });
+      }
+    });
+  }
+
+  #pump(): void {
+    while (this.#queue.length > 0 && this.#flushing < this.#batchConcurrency) {
+      const batch = this.#queue.splice(0, this.#batchMax);
+      this.#flushing++;
+      this.#flush(batch)
+        .catch((err: unknown) => {
+          for (const item of batch) item.reject(err);
+        })
+        .finally(() => {
+          this.#flushing--;
+          this.#pump();
+        });
+    }
+  }
+
+  /** One transaction for the whole batch; if a handler throws, the batch is redone one event at a time. */
+  async #flush(batch: Pending[]): Promise<void> {
+    if (batch.length === 1) {
+      const item = batch[0]!;
+      item.resolve(await this.#processAlone(item.event));
+      return;
+    }
+    const started = performance.now();
+    const prepared: { item: Pending; typed: OutboxEvent; handler: InboxHandler<any> }[] = [];
+    const alone: Pending[] = [];
+    for (const item of batch) {
+      const entry = this.#handlers.get(item.event.type);
+      if (!entry) {
+        item.resolve({ status: 'ignored' });
+        continue;
+      }
+      const typed = await this.#validate(entry, item.event).catch(() => null);
+      if (typed === null) alone.push(item); // invalid payload: the single path records it dead
+      else prepared.push({ item, typed, handler: entry.handler });
+    }
+    let result: { ran: boolean[]; heldKeys: string[] } | null = null;
+    if (prepared.length > 0) {
+      try {
+        const handlerOf = new Map(prepared.map((p) => [p.typed, p.handler]));
+        result = await this.#store.runBatch(
+          this.consumer,
+          prepared.map((p) => p.typed),
+          (tx, e) => Promise.resolve(handlerOf.get(e)!(e, tx)),
+        );
+      } catch {
+        result = null; // a handler threw or held: redo one by one below
+      }
+    }
+    if (result) {
+      const durationMs = performance.now() - started;
+      prepared.forEach((p, i) => {
+        const e = p.item.event;
+        if (result!.ran[i]) {
+          this.events.fire('processed', { id: e.id, type: e.type, durationMs });
+          p.item.resolve({ status: 'processed' });
+        } else {
+          this.events.fire('duplicate', { id: e.id, type: e.type });
+          p.item.resolve({ status: 'duplicate' });
+        }
+      });
+      for (const key of result.heldKeys) await this.#releaseHeld(key);
+    } else {
+      alone.push(...prepared.map((p) => p.item));
+    }
+    // In submission order; a key that failed stops, so its later events wait for the retry.
+    const failedKeys = new Map<string, InboxOutcome>();
+    for (const item of batch.filter((b) => alone.includes(b))) {
+      const stopped = failedKeys.get(item.event.key);
+      if (stopped) {
+        item.resolve(stopped);
+        continue;
+      }
+      const outcome = await this.#processAlone(item.event);
+      if (outcome.status === 'retry') failedKeys.set(item.event.key, outcome);
+      item.resolve(outcome);
+    }
+  }
+
+  async #processAlone(event: OutboxEvent): Promise<InboxOutcome> {
+    const { outcome, heldKeys } = await this.#processOne(event);
+    for (const key of heldKeys) await this.#releaseHeld(key);
     return outcome;
   }
 
-  async #processOne(event: OutboxEvent): Promise<InboxOutcome> {
+  async #validate(entry: { definition?: EventDefinition<string, any, any> }, event: OutboxEvent): Promise<OutboxEvent> {
+    if (!entry.definition?.schema) return event;
+    let result = entry.definition.schema['~standard'].validate(event.payload);
+    if (result instanceof Promise) result = await result;
+    if (result.issues) throw new InvalidPayload(`payload failed ${event.type} schema validation: ${result.issues[0]?.message ?? 'invalid'}`);
+    return { ...event, payload: result.value };
+  }
+
+  async #processOne(event: OutboxEvent): Promise<{ outcome: InboxOutcome; heldKeys: string[] }> {
     const entry = this.#handlers.get(event.type);
-    if (!entry) return { status: 'ignored' };
+    if (!entry) return { outcome: { status: 'ignored' }, heldKeys: [] };
     const started = performance.now();
-    let typed = event;
     try {
-      if (entry.definition?.schema) {
-        let result = entry.definition.schema['~standard'].validate(event.payload);
-        if (result instanceof Promise) result = await result;
-        if (result.issues) throw new InvalidPayload(`payload failed ${event.type} schema validation: ${result.issues[0]?.message ?? 'invalid'}`);
-        typed = { ...event, payload: result.value };
-      }
-      const ran = await this.#store.runOnce(this.consumer, event, (tx) => Promise.resolve(entry.handler(typed, tx)));
-      if (!ran) {
+      const typed = await this.#validate(entry, event);
+      const { ran, heldKeys } = await this.#store.runBatch(this.consumer, [typed], (tx, e) => Promise.resolve(entry.handler(e, tx)));
+      if (!ran[0]) {
         this.events.fire('duplicate', { id: event.id, type: event.type });
-        return { status: 'duplicate' };
+        return { outcome: { status: 'duplicate' }, heldKeys: [] };
       }
       this.events.fire('processed', { id: event.id, type: event.type, durationMs: performance.now() - started });
-      return { status: 'processed' };
-    } catch (err) {
+      return { outcome: { status: 'processed' }, heldKeys };
+    } catch (thrown) {
+      const err = thrown instanceof InboxBatchError ? thrown.cause : thrown;
       if (err instanceof HoldEvent) {
         await this.#store.hold(this.consumer, event, err.message);
         this.events.fire('held', { id: event.id, type: event.type, keyHash: keyHash(event.key), reason: err.message });
-        return { status: 'held' };
+        return { outcome: { status: 'held' }, heldKeys: [] };
       }
       const message = (err instanceof Error ? err.message : String(err)).slice(0, 2000);
       const max = err instanceof InvalidPayload ? 1 : this.#retry.maxAttempts;
       const { attempts, dead } = await this.#store.recordFailure(this.consumer, event, message, max);
       this.events.fire('failed', { id: event.id, type: event.type, attempts, dead, error: message });
       this.#logger.warn({ consumer: this.consumer, id: event.id, type: event.type, attempts, dead, err: message }, 'txbox inbox: handler failed');
-      return dead ? { status: 'dead', attempts, error: message } : { status: 'retry', attempts, error: message, delayMs: retryDelay(this.#retry, attempts) };
+      const outcome: InboxOutcome = dead
+        ? { status: 'dead', attempts, error: message }
+        : { status: 'retry', attempts, error: message, delayMs: retryDelay(this.#retry, attempts) };
+      return { outcome, heldKeys: [] };
     }
   }
 
@@ -156,7 +281,7 @@ export class Inbox {
     for (let round = 0; round < 1000; round++) {
       const held = await this.#store.redrivable(this.consumer, 50, key);
       let progressed = false;
-      for (const e of held) if ((await this.#processOne(e)).status === 'processed') progressed = true;
+      for (const e of held) if ((await this.#processOne(e)).outcome.status === 'processed') progressed = true;
       if (!progressed) return;
     }
   }

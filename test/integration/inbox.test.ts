@@ -91,6 +91,29 @@ for (const kind of BACKENDS) {
       assert.equal(status.processed, 4);
     });
 
+    it('groups concurrent events of different keys into one transaction; a failing handler fails alone', async () => {
+      const inbox = createInbox({ store, consumer: 'batch', retry: { baseDelayMs: 10, maxDelayMs: 20, maxAttempts: 5 } });
+      const txs = new Set<string>();
+      inbox.on(StockChanged, async (event, tx) => {
+        const { rows } = await tx.query('SELECT txid_current()::text AS x');
+        txs.add((rows[0] as { x: string }).x);
+        await tx.query(`INSERT INTO "${db.schema}".effects (event_id, note) VALUES ($1, 'batch')`, [event.id]);
+        if (event.aggregateId === 'bad') throw new Error('bad sku');
+      });
+      const events = Array.from({ length: 40 }, (_, i) => stockEvent(`k${i}`, 1, i));
+      const first = await Promise.all(events.slice(0, 20).map((e) => inbox.process(e)));
+      assert.ok(first.every((o) => o.status === 'processed'));
+      assert.ok(txs.size < 20, `20 concurrent events shared transactions (${txs.size})`);
+      const bad = stockEvent('bad', 1, 0);
+      const outcomes = await Promise.all([...events.slice(20), bad].map((e) => inbox.process(e)));
+      assert.deepEqual(outcomes.slice(0, 20).map((o) => o.status), events.slice(20).map(() => 'processed'));
+      assert.equal(outcomes[20]!.status, 'retry');
+      const rows = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".effects WHERE note = 'batch'`);
+      assert.equal(rows[0]!.n, 40, 'every good event applied once; the bad one rolled back');
+      const again = await Promise.all(events.map((e) => inbox.process(e)));
+      assert.ok(again.every((o) => o.status === 'duplicate'));
+    });
+
     it('guards projections by version: stale events are skipped, a gap is detected and held until the missing version arrives', async () => {
       const inbox = createInbox({ store, consumer: 'projection' });
       const results: string[] = [];

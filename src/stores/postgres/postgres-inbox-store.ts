@@ -1,5 +1,5 @@
 import type { OutboxEvent } from '../../core/envelope.ts';
-import type { InboxStore } from '../../core/inbox-ports.ts';
+import { InboxBatchError, type InboxStore } from '../../core/inbox-ports.ts';
 import type { SqlExecutor } from '../../core/ports.ts';
 import type { PostgresConnection } from './postgres-connection.ts';
 import { postgresNames, type PostgresNames } from './postgres-sql.ts';
@@ -37,13 +37,21 @@ export class PostgresInboxStore implements InboxStore {
     const t = this.names.outbox; // the inbox table itself
     const reopenable = `i.status IN ('failed', 'retry', 'held')`;
     this.#sql = {
-      // Records the id as processed; on a redelivery of a processed or dead id, returns no row.
-      claim: `INSERT INTO ${t} AS i (consumer, event_id, type, key, version, status, attempts, processed_at)
-        VALUES ($1, $2, $3, $4, $5, 'processed', 1, now())
-        ON CONFLICT (consumer, event_id) DO UPDATE
-          SET status = 'processed', attempts = i.attempts + 1, processed_at = now(), last_error = NULL, envelope = NULL
-          WHERE ${reopenable}
-        RETURNING 1`,
+      // Records the ids as processed; a redelivered processed or dead id returns no row.
+      // has_held: the key has events waiting for a version gap (usually none: an index probe).
+      claim: `WITH input AS (
+          SELECT * FROM jsonb_to_recordset($2::jsonb) AS x(n int, id uuid, type text, key text, version bigint)
+        ), claimed AS (
+          INSERT INTO ${t} AS i (consumer, event_id, type, key, version, status, attempts, processed_at)
+          SELECT $1, id, type, key, version, 'processed', 1, now() FROM input ORDER BY n
+          ON CONFLICT (consumer, event_id) DO UPDATE
+            SET status = 'processed', attempts = i.attempts + 1, processed_at = now(), last_error = NULL, envelope = NULL
+            WHERE ${reopenable}
+          RETURNING i.event_id, i.key
+        )
+        SELECT c.event_id::text AS id, c.key,
+          EXISTS (SELECT 1 FROM ${t} h WHERE h.consumer = $1 AND h.key = c.key AND h.status = 'held') AS has_held
+        FROM claimed c`,
       fail: `INSERT INTO ${t} AS i (consumer, event_id, type, key, version, status, attempts, last_error, envelope)
         VALUES ($1, $2, $3, $4, $5, CASE WHEN $7::int <= 1 THEN 'dead' ELSE 'failed' END, 1, $6, $8::jsonb)
         ON CONFLICT (consumer, event_id) DO UPDATE
@@ -60,12 +68,31 @@ export class PostgresInboxStore implements InboxStore {
     };
   }
 
-  runOnce(consumer: string, event: OutboxEvent, handler: (tx: SqlExecutor) => Promise<void>): Promise<boolean> {
+  runBatch(consumer: string, events: readonly OutboxEvent[], handler: (tx: SqlExecutor, event: OutboxEvent) => Promise<void>) {
+    const seen = new Set<string>();
+    const input: { n: number; id: string; type: string; key: string; version: number | null }[] = [];
+    for (let n = 0; n < events.length; n++) {
+      const e = events[n]!;
+      if (seen.has(e.id)) continue; // one row cannot be claimed twice in a statement; the repeat is a duplicate
+      seen.add(e.id);
+      input.push({ n, id: e.id, type: e.type, key: e.key, version: e.version });
+    }
     return this.#db.transaction(async (tx) => {
-      const { rows } = await tx.query(this.#sql.claim, [consumer, event.id, event.type, event.key, event.version]);
-      if (rows.length === 0) return false;
-      await handler(tx);
-      return true;
+      const { rows } = (await tx.query(this.#sql.claim, [consumer, JSON.stringify(input)])) as { rows: { id: string; key: string; has_held: boolean }[] };
+      const claimed = new Set(rows.map((r) => r.id));
+      const heldKeys = [...new Set(rows.filter((r) => r.has_held).map((r) => r.key))];
+      const ran = events.map(() => false);
+      for (let i = 0; i < events.length; i++) {
+        const e = events[i]!;
+        if (!claimed.delete(e.id)) continue;
+        try {
+          await handler(tx, e);
+        } catch (err) {
+          throw new InboxBatchError(i, err);
+        }
+        ran[i] = true;
+      }
+      return { ran, heldKeys };
     });
   }
 

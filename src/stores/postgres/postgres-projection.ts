@@ -17,7 +17,8 @@ export interface VersionedUpsert {
   /**
    * What to do when versions were skipped (incoming > stored + 1, or > 1 for a new row):
    * `apply` it anyway and report the gap (default), or `hold` the event in the inbox
-   * until the missing ones arrived (throws HoldEvent; use inside an inbox handler).
+   * until the missing ones arrived (throws HoldEvent, which must roll the transaction
+   * back: let it propagate out of the inbox handler).
    */
   readonly onGap?: 'apply' | 'hold';
 }
@@ -54,25 +55,36 @@ export async function applyVersioned(tx: SqlExecutor, u: VersionedUpsert): Promi
   if (idCols.length === 0) throw new ConfigError('id', 'name at least one key column');
   const valueCols = Object.keys(u.values);
   const q = (c: string, field: string): string => quoteIdent(checkIdentifier(field, c));
+  const hold = u.onGap === 'hold';
+  const cols = [...idCols, ...valueCols];
+  const params: unknown[] = [...idCols.map((c) => u.id[c]), ...valueCols.map((c) => u.values[c]), u.version, hold];
+  const v = `$${cols.length + 1}::bigint`;
+  const holdParam = `$${cols.length + 2}::boolean`;
   const where = idCols.map((c, i) => `${q(c, 'id')} = $${i + 1}`).join(' AND ');
-  const idParams = idCols.map((c) => u.id[c]);
-  const { rows } = await tx.query(`SELECT ${vcol} AS v FROM ${table} WHERE ${where} FOR UPDATE`, idParams);
-  const stored = rows.length ? Number((rows[0] as { v: unknown }).v) : null;
+  const insertCols = [...cols.map((c) => q(c, 'values')), vcol].join(', ');
+  const selectValues = [...cols.map((_, i) => `$${i + 1}`), v].join(', ');
+  const updates = [...valueCols.map((c) => `${q(c, 'values')} = EXCLUDED.${q(c, 'values')}`), `${vcol} = EXCLUDED.${vcol}`].join(', ');
+  // One round trip: lock and read the stored version, then write only if newer
+  // (and, when holding gaps, only if it is the very next version). A held gap on
+  // a new row is inserted here and undone by the rollback that HoldEvent causes.
+  const { rows } = await tx.query(
+    `WITH prev AS (SELECT ${vcol} AS v FROM ${table} WHERE ${where} FOR UPDATE),
+     up AS (
+       INSERT INTO ${table} AS t (${insertCols}) VALUES (${selectValues})
+       ON CONFLICT (${idCols.map((c) => q(c, 'id')).join(', ')}) DO UPDATE SET ${updates}
+         WHERE t.${vcol} < EXCLUDED.${vcol} AND (NOT ${holdParam} OR t.${vcol} = EXCLUDED.${vcol} - 1)
+       RETURNING 1
+     )
+     SELECT (SELECT v FROM prev)::text AS stored, (SELECT count(*) FROM up)::int AS written`,
+    params,
+  );
+  const row = rows[0] as { stored: string | null; written: number };
+  const stored = row.stored === null ? null : Number(row.stored);
   if (stored !== null && u.version <= stored) return { status: 'stale', stored };
   const expected = (stored ?? 0) + 1;
   const gap = u.version > expected;
-  if (gap && u.onGap === 'hold') {
+  if (gap && hold) {
     throw new HoldEvent(`version ${u.version} of ${u.table} ${JSON.stringify(u.id)} waits for version ${expected}`);
   }
-  const cols = [...idCols, ...valueCols];
-  const params = [...idParams, ...valueCols.map((c) => u.values[c]), u.version];
-  const insertCols = [...cols.map((c) => q(c, 'values')), vcol].join(', ');
-  const placeholders = params.map((_, i) => `$${i + 1}`).join(', ');
-  const updates = [...valueCols.map((c) => `${q(c, 'values')} = EXCLUDED.${q(c, 'values')}`), `${vcol} = EXCLUDED.${vcol}`].join(', ');
-  await tx.query(
-    `INSERT INTO ${table} (${insertCols}) VALUES (${placeholders})
-     ON CONFLICT (${idCols.map((c) => q(c, 'id')).join(', ')}) DO UPDATE SET ${updates} WHERE ${table}.${vcol} < EXCLUDED.${vcol}`,
-    params,
-  );
   return gap ? { status: 'gap', stored, missing: [expected, u.version - 1] } : { status: 'applied', previous: stored };
 }

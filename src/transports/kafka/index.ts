@@ -18,3 +18,13 @@ export {
 } from './kafka-transport.ts';
 export type { KafkaCompression } from './kafka-client.ts';
 export { KAFKA_HEADER, parseKafkaMessage, type KafkaMessageLike, type ParsedKafkaMessage } from './kafka-message.ts';
+export {
+  KafkaConsumer,
+  KafkaConsumerEmitter,
+  resolveKafkaConsumerOptions,
+  type KafkaConsumerEvents,
+  type KafkaConsumerOptions,
+  type KafkaConsumerStats,
+  type KafkaSettledStatus,
+  type ResolvedKafkaConsumerOptions,
+} from './kafka-consumer.ts';

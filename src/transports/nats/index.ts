@@ -24,3 +24,14 @@ export {
 } from './nats-transport.ts';
 export { HEADER as NATS_HEADERS, parseNatsMessage, type ParsedNatsMessage, type ReceivedNatsMessage } from './nats-message.ts';
 export { keyToken, MAX_KEY_TOKEN_LENGTH } from './nats-subjects.ts';
+export {
+  filterSubjectProblem,
+  NatsConsumer,
+  NatsConsumerEmitter,
+  resolveNatsConsumerOptions,
+  type NatsConsumerEvents,
+  type NatsConsumerOptions,
+  type NatsConsumerStats,
+  type NatsSettledStatus,
+  type ResolvedNatsConsumerOptions,
+} from './nats-consumer.ts';

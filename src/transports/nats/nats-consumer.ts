@@ -1,0 +1,639 @@
+import { connect, headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
+import {
+  jetstream,
+  jetstreamManager,
+  type ConsumerConfig,
+  type ConsumerMessages,
+  type JetStreamClient,
+  type JetStreamManager,
+  type JsMsg,
+} from '@nats-io/jetstream';
+import { keyHash, TypedEmitter } from '../../core/emitter.ts';
+import type { OutboxEvent } from '../../core/envelope.ts';
+import { ConfigError, TransportError } from '../../core/errors.ts';
+import type { Consumer, InboxOutcome } from '../../core/inbox-ports.ts';
+import type { Inbox } from '../../inbox/inbox.ts';
+import type { InboxQueue } from '../../inbox/inbox-worker.ts';
+import { KeyedDispatcher } from '../../inbox/keyed-dispatcher.ts';
+import { processUntilSettled } from '../../inbox/process-until-settled.ts';
+import { durableChanges, durableConfig, pullExpiresMs, resolveNatsConsumerOptions, type NatsConsumerOptions, type ResolvedNatsConsumerOptions } from './nats-consumer-options.ts';
+import { HEADER, parseNatsMessage } from './nats-message.ts';
+import { apiErrorOf, connectFailure, findError, jetStreamCheckFailure, messageOf } from './nats-outcomes.ts';
+import { redactServer } from './nats-transport-options.ts';
+
+export { filterSubjectProblem, resolveNatsConsumerOptions, type NatsConsumerOptions, type ResolvedNatsConsumerOptions } from './nats-consumer-options.ts';
+
+export type NatsSettledStatus = 'processed' | 'duplicate' | 'ignored' | 'held' | 'queued';
+
+/** Events of a NatsConsumer, for metrics and logs. Never carry payloads. */
+export interface NatsConsumerEvents {
+  /** A message's event committed (inbox or queue) and the message was acked. `durationMs`: from handing it to the inbox or queue until that committed. */
+  settled: { readonly seq: number; readonly id: string; readonly type: string; readonly status: NatsSettledStatus; readonly deliveryCount: number; readonly durationMs: number };
+  /** A message that is not a readable txbox event was terminated (`term()`); it stays in the stream. */
+  rejected: { readonly seq: number; readonly msgId: string | null; readonly reason: string };
+  /** A dead message (dead in the inbox, or delivered `maxDeliveries` times) was copied to `subject` (null: not copied) and terminated. */
+  deadLettered: { readonly seq: number; readonly id: string; readonly type: string; readonly subject: string | null; readonly deliveryCount: number; readonly reason: string };
+  /** A message left unacked by `stop()`: JetStream delivers it again after ack_wait. */
+  released: { readonly seq: number; readonly id: string };
+  /** The connection changed state; nats.js reconnects by itself. */
+  connection: { readonly status: 'disconnect' | 'reconnect' | 'ldm' | 'error' | 'close'; readonly server?: string; readonly error?: string };
+  /** A NATS, inbox or queue operation failed; it is retried while the message stays held (its key waits). */
+  error: { readonly operation: string; readonly message: string };
+}
+
+/** The typed emitter of `NatsConsumer.events`. */
+export class NatsConsumerEmitter extends TypedEmitter<NatsConsumerEvents> {
+  /** @internal */
+  fire<K extends keyof NatsConsumerEvents>(name: K, payload: NatsConsumerEvents[K]): void {
+    this.emit(name, payload);
+  }
+}
+
+/** Counters since construction. */
+export interface NatsConsumerStats {
+  received: number;
+  processed: number;
+  duplicate: number;
+  ignored: number;
+  held: number;
+  queued: number;
+  dead: number;
+  rejected: number;
+  released: number;
+  /** `working()` calls that extended an ack deadline. */
+  extended: number;
+}
+
+interface Session {
+  readonly nc: NatsConnection;
+  readonly js: JetStreamClient;
+  readonly jsm: JetStreamManager;
+  readonly owned: boolean;
+  stopWatching: () => void;
+}
+
+/** A message this process holds: received, not yet acked, termed or released. */
+interface Delivery {
+  readonly m: JsMsg;
+  touchedAt: number;
+  state: 'waiting' | 'running' | 'done';
+}
+
+interface QueuedEvent {
+  readonly d: Delivery;
+  readonly event: OutboxEvent;
+}
+
+/**
+ * Consumes a JetStream stream with a durable pull consumer and hands each
+ * message's event to an inbox, acking only after the inbox committed. One
+ * key's messages run one at a time in stream order, different keys in
+ * parallel. A failing handler is retried in place (its key waits, the
+ * message's ack deadline is extended with `working()`), never nak'ed: a
+ * nak would let the key's later messages overtake it. Dead events, and
+ * messages delivered `maxDeliveries` times, are copied to the dead-letter
+ * subject and terminated. See docs/transports/nats.md#consuming.
+ *
+ * @example
+ * const consumer = new NatsConsumer({ servers: 'nats://127.0.0.1:4222', stream: 'ORDERS', durable: 'billing', inbox });
+ * await consumer.start();
+ * process.once('SIGTERM', () => void consumer.stop());
+ */
+export class NatsConsumer implements Consumer {
+  readonly name = 'nats';
+  /** Lifecycle events: `consumer.events.on('deadLettered', ...)`. */
+  readonly events = new NatsConsumerEmitter();
+  readonly stats: NatsConsumerStats = { received: 0, processed: 0, duplicate: 0, ignored: 0, held: 0, queued: 0, dead: 0, rejected: 0, released: 0, extended: 0 };
+  readonly #o: ResolvedNatsConsumerOptions;
+  readonly #dispatcher: KeyedDispatcher;
+  /**
+   * Most messages held at once: a full pull plus every handler busy (worker
+   * mode: a batch being stored plus the next), so that one process never
+   * takes the whole max_ack_pending of the durable.
+   */
+  readonly #limit: number;
+  readonly #held = new Set<Delivery>();
+  /** Keys with a message released by stop(): their later messages are released too, so none overtakes it. */
+  readonly #releasedKeys = new Set<string>();
+  #queued: QueuedEvent[] = [];
+  #flushing: Promise<void> | null = null;
+  #session: Session | null = null;
+  #state: 'stopped' | 'starting' | 'running' | 'stopping' = 'stopped';
+  #starting: Promise<void> | null = null;
+  #stopping: Promise<void> | null = null;
+  #stop = new AbortController();
+  #closing = false;
+  #messages: ConsumerMessages | null = null;
+  #reading: Promise<void> | null = null;
+  #heartbeat: NodeJS.Timeout | undefined;
+  #room: (() => void) | null = null;
+  #acks: JsMsg[] = [];
+  #ackTimer: NodeJS.Immediate | undefined;
+  #ensuring = false;
+
+  /** Throws ConfigError naming the field when an option is invalid. Connects nothing until start(). */
+  constructor(options: NatsConsumerOptions) {
+    this.#o = resolveNatsConsumerOptions(options);
+    this.#dispatcher = new KeyedDispatcher(this.#o.concurrency);
+    const o = this.#o;
+    this.#limit = Math.min(o.maxAckPending, o.batch + (o.handler.kind === 'inbox' ? o.concurrency : o.batch));
+  }
+
+  /** Messages received and not yet acked, terminated or released. */
+  get inFlight(): number {
+    return this.#held.size;
+  }
+
+  /**
+   * Connects (unless given a connection), checks that the stream exists and
+   * that a stream other than it captures the dead-letter subject, creates
+   * or updates the durable, and starts pulling. Throws ConfigError naming
+   * `servers`, a credential option, `stream`, `durable`, `filterSubjects`
+   * or `deadLetterSubject`.
+   */
+  async start(): Promise<void> {
+    if (this.#stopping) await this.#stopping;
+    if (this.#state === 'running') return;
+    this.#starting ??= this.#start().finally(() => (this.#starting = null));
+    return this.#starting;
+  }
+
+  /**
+   * Stops pulling, lets the messages already received finish (commit and
+   * ack; one waiting to retry is released at once, with its key's later
+   * messages), within `stopTimeoutMs`, then drains and closes the connection
+   * it opened. Messages not finished are left for redelivery.
+   */
+  stop(): Promise<void> {
+    if (this.#state === 'stopped' && !this.#starting) return Promise.resolve();
+    this.#stopping ??= (async () => {
+      if (this.#starting) await this.#starting.catch(() => {});
+      await this.#stopNow();
+    })().finally(() => (this.#stopping = null));
+    return this.#stopping;
+  }
+
+  async #start(): Promise<void> {
+    const o = this.#o;
+    this.#state = 'starting';
+    this.#stop = new AbortController();
+    this.#closing = false;
+    this.#releasedKeys.clear();
+    let session: Session;
+    try {
+      session = await this.#connect();
+    } catch (err) {
+      this.#state = 'stopped';
+      throw err;
+    }
+    let messages: ConsumerMessages;
+    try {
+      await this.#checkStream(session);
+      await this.#checkDeadLetter(session);
+      await this.#ensureConsumer(session);
+      messages = await this.#subscribe(session);
+    } catch (err) {
+      session.stopWatching();
+      if (session.owned) await session.nc.close().catch(() => {});
+      this.#state = 'stopped';
+      throw err;
+    }
+    this.#session = session;
+    this.#state = 'running';
+    const every = o.ackWaitMs / 3;
+    this.#heartbeat = setInterval(() => this.#extend(every), Math.max(100, Math.floor(o.ackWaitMs / 6)));
+    this.#reading = this.#readLoop(session, messages);
+    o.logger.info({ stream: o.stream, durable: o.durable, servers: o.transport.serversDisplay }, 'txbox nats consumer: started');
+  }
+
+  async #stopNow(): Promise<void> {
+    if (this.#state !== 'running') return;
+    const o = this.#o;
+    this.#state = 'stopping';
+    this.#stop.abort();
+    this.#messages?.stop();
+    this.#wake();
+    const drained = (async () => {
+      await this.#reading;
+      await this.#dispatcher.onIdle();
+      while (this.#flushing) await this.#flushing;
+    })();
+    if (!(await within(drained, o.stopTimeoutMs))) {
+      this.#closing = true;
+      let left = 0;
+      for (const d of this.#held) {
+        if (d.state !== 'waiting') left++;
+        else {
+          this.stats.released++;
+          this.#finish(d, 'release');
+        }
+      }
+      o.logger.warn({ stream: o.stream, durable: o.durable, running: left }, `txbox nats consumer: stop timed out after ${o.stopTimeoutMs} ms (stopTimeoutMs); unfinished messages are redelivered`);
+    }
+    clearInterval(this.#heartbeat);
+    this.#flushAcks();
+    const session = this.#session;
+    this.#session = null;
+    this.#messages = null;
+    if (session) {
+      session.stopWatching();
+      // drain() flushes the acks just sent; a given connection only needs the flush.
+      if (session.owned) await session.nc.drain().catch(() => session.nc.close().catch(() => {}));
+      else await session.nc.flush().catch(() => {});
+    }
+    this.#state = 'stopped';
+    o.logger.info({ stream: o.stream, durable: o.durable }, 'txbox nats consumer: stopped');
+  }
+
+  async #connect(): Promise<Session> {
+    const t = this.#o.transport;
+    let nc: NatsConnection;
+    if (t.connection) {
+      if (t.connection.isClosed()) throw new ConfigError('connection', 'is closed; pass an open NatsConnection');
+      nc = t.connection;
+    } else {
+      try {
+        nc = await connect({ ...t.connect!, servers: [...(t.connect!.servers as string[])] });
+      } catch (err) {
+        throw connectFailure(err, t.serversDisplay, t.credentials, t.connect!.timeout ?? 0);
+      }
+    }
+    const owned = t.connection === null;
+    const timeout = this.#o.requestTimeoutMs;
+    try {
+      const jsm = await jetstreamManager(nc, { checkAPI: false, timeout });
+      await jsm.getAccountInfo().catch((err: unknown) => {
+        if (findError(err, 'TimeoutError')) {
+          throw new TransportError('retriable', `JetStream at ${t.serversDisplay} did not answer within ${timeout} ms (requestTimeoutMs); it may be starting or electing a leader`, { cause: err });
+        }
+        throw jetStreamCheckFailure(err, t.serversDisplay, t.credentials, timeout);
+      });
+      const session: Session = { nc, jsm, js: jetstream(nc, { timeout }), owned, stopWatching: () => {} };
+      this.#watch(session);
+      return session;
+    } catch (err) {
+      if (owned) await nc.close().catch(() => {});
+      throw err;
+    }
+  }
+
+  /** Re-emits connection changes; reconnecting is nats.js's job, resuming the pull is its consume()'s. */
+  #watch(session: Session): void {
+    const statuses = session.nc.status();
+    session.stopWatching = () => (statuses as { stop?: () => void }).stop?.();
+    void (async () => {
+      for await (const s of statuses) {
+        if (s.type === 'disconnect' || s.type === 'reconnect' || s.type === 'ldm') {
+          const server = redactServer(s.server);
+          this.events.fire('connection', { status: s.type, server });
+          this.#o.logger[s.type === 'reconnect' ? 'info' : 'warn']({ durable: this.#o.durable, server }, `txbox nats consumer: ${s.type}`);
+        } else if (s.type === 'error') this.events.fire('connection', { status: 'error', error: messageOf(s.error) });
+        else if (s.type === 'close') this.events.fire('connection', { status: 'close' });
+      }
+    })().catch(() => {});
+  }
+
+  async #checkStream(session: Session): Promise<void> {
+    const { stream, transport: t } = this.#o;
+    try {
+      await session.jsm.streams.info(stream);
+    } catch (err) {
+      if (findError(err, 'StreamNotFoundError') || apiErrorOf(err)?.errCode === 10059) {
+        throw new ConfigError('stream', `no JetStream stream named ${JSON.stringify(stream)} at ${t.serversDisplay}; create it (e.g. nats stream add ${stream} --subjects 'txbox.orders') or fix stream`, { cause: err });
+      }
+      throw this.#apiFailure(err, `reading stream ${stream}`);
+    }
+  }
+
+  async #checkDeadLetter(session: Session): Promise<void> {
+    const { deadLetterSubject: subject, stream, transport: t } = this.#o;
+    if (subject === null) return;
+    let captured: string;
+    try {
+      captured = await session.jsm.streams.find(subject);
+    } catch (err) {
+      if (findError(err, 'StreamNotFoundError')) {
+        throw new ConfigError(
+          'deadLetterSubject',
+          `no stream at ${t.serversDisplay} captures ${subject}; create one (e.g. nats stream add TXBOX_DEAD --subjects 'txbox-dead.>'), or set deadLetterSubject: null to terminate dead messages without a copy`,
+          { cause: err },
+        );
+      }
+      throw this.#apiFailure(err, `finding the stream of ${subject}`);
+    }
+    if (captured === stream) {
+      throw new ConfigError('deadLetterSubject', `${subject} is captured by ${stream}, the stream being consumed: dead messages would come back; choose a subject that another stream captures`);
+    }
+  }
+
+  /** Creates the durable when missing; sets ack wait, max deliver, max ack pending and the filter when they differ. */
+  async #ensureConsumer(session: Session): Promise<void> {
+    const o = this.#o;
+    let config: ConsumerConfig;
+    try {
+      config = (await session.jsm.consumers.info(o.stream, o.durable)).config;
+    } catch (err) {
+      if (!findError(err, 'ConsumerNotFoundError') && apiErrorOf(err)?.errCode !== 10014) throw this.#apiFailure(err, `reading durable ${o.durable}`);
+      await session.jsm.consumers.add(o.stream, durableConfig(o)).catch((e: unknown) => {
+        throw this.#consumerFailure(e, 'create');
+      });
+      o.logger.info({ stream: o.stream, durable: o.durable }, 'txbox nats consumer: created the durable');
+      return;
+    }
+    const change = durableChanges(o, config);
+    if (change === null) return;
+    await session.jsm.consumers.update(o.stream, o.durable, change).catch((e: unknown) => {
+      throw this.#consumerFailure(e, 'update');
+    });
+    o.logger.info({ stream: o.stream, durable: o.durable }, 'txbox nats consumer: updated the durable');
+  }
+
+  #consumerFailure(err: unknown, action: 'create' | 'update'): Error {
+    const o = this.#o;
+    if (findError(err, 'InvalidArgumentError') && /filter_subjects/.test(messageOf(err))) {
+      return new ConfigError('filterSubjects', `several filter subjects need nats-server 2.10 or later (${messageOf(err)}); give one subject, or upgrade`, { cause: err });
+    }
+    const api = apiErrorOf(err);
+    if (api && api.status < 500) {
+      const field = /filter/i.test(api.description) ? 'filterSubjects' : 'durable';
+      return new ConfigError(field, `JetStream refused to ${action} durable ${o.durable} on stream ${o.stream}: ${api.description} (err_code ${api.errCode})`, { cause: err });
+    }
+    return this.#apiFailure(err, `${action === 'create' ? 'creating' : 'updating'} durable ${o.durable}`);
+  }
+
+  #apiFailure(err: unknown, what: string): Error {
+    const t = this.#o.transport;
+    if (findError(err, 'PermissionViolationError')) {
+      return new ConfigError(t.credentials ?? 'user/pass', `the NATS user may not use the JetStream API for ${what}; grant publish permission on $JS.API.> (and subscribe on _INBOX.>)`, { cause: err });
+    }
+    return new TransportError('retriable', `${what} at ${t.serversDisplay} failed: ${messageOf(err)}`, { cause: err });
+  }
+
+  async #subscribe(session: Session): Promise<ConsumerMessages> {
+    const consumer = await session.js.consumers.get(this.#o.stream, this.#o.durable);
+    const messages = await consumer.consume({ max_messages: this.#o.batch, expires: pullExpiresMs(this.#o) });
+    this.#messages = messages;
+    void this.#watchConsumer(session, messages);
+    return messages;
+  }
+
+  /** A durable deleted under a running consumer (an operator, memory storage after a restart) is created again. */
+  async #watchConsumer(session: Session, messages: ConsumerMessages): Promise<void> {
+    for await (const s of messages.status()) {
+      if (s.type !== 'consumer_deleted' && s.type !== 'consumer_not_found' && s.type !== 'stream_not_found') continue;
+      this.#error('consume', `JetStream reports ${s.type.replaceAll('_', ' ')} (stream ${this.#o.stream}, durable ${this.#o.durable})`);
+      if (s.type === 'stream_not_found' || this.#ensuring || this.#state !== 'running') continue;
+      this.#ensuring = true;
+      await this.#ensureConsumer(session)
+        .catch((err: unknown) => this.#error('consume', err))
+        .finally(() => (this.#ensuring = false));
+    }
+  }
+
+  /** Reads until stop(); if nats.js ends the iterator (a fatal pull error), subscribes again after a pause. */
+  async #readLoop(session: Session, first: ConsumerMessages): Promise<void> {
+    let messages: ConsumerMessages | null = first;
+    for (let failures = 0; this.#state === 'running'; ) {
+      try {
+        messages ??= await this.#subscribe(session);
+        if (this.#state !== 'running') messages.stop();
+        for await (const m of messages) {
+          failures = 0;
+          this.#receive(m);
+          if (this.#held.size >= this.#limit && this.#state === 'running') await new Promise<void>((r) => (this.#room = r));
+        }
+      } catch (err) {
+        this.#error('consume', err);
+      }
+      messages = null;
+      if (this.#state === 'running') await this.#pause(Math.min(10_000, 250 * 2 ** Math.min(failures++, 6)));
+    }
+  }
+
+  #receive(m: JsMsg): void {
+    this.stats.received++;
+    const parsed = parseNatsMessage(m);
+    if (!parsed.ok) {
+      this.stats.rejected++;
+      const msgId = m.headers?.get(HEADER.msgId) || null;
+      safely(() => m.term());
+      this.#o.logger.warn({ stream: this.#o.stream, seq: m.seq, msgId, reason: parsed.message }, 'txbox nats consumer: unreadable message terminated');
+      this.events.fire('rejected', { seq: m.seq, msgId, reason: parsed.message });
+      return;
+    }
+    const d: Delivery = { m, touchedAt: Date.now(), state: 'waiting' };
+    this.#held.add(d);
+    const h = this.#o.handler;
+    if (h.kind === 'queue') {
+      this.#queued.push({ d, event: parsed.event });
+      this.#flushing ??= this.#flushQueue(h.queue).finally(() => (this.#flushing = null));
+      return;
+    }
+    const event = parsed.event;
+    this.#dispatcher.push(event.key, () => this.#handle(d, event, h.inbox)).catch((err: unknown) => this.#error('handle', err));
+  }
+
+  async #handle(d: Delivery, event: OutboxEvent, inbox: Inbox): Promise<void> {
+    if (d.state !== 'waiting') return;
+    d.state = 'running';
+    if (this.#closing || this.#releasedKeys.has(event.key)) return this.#release(d, event);
+    if (d.m.info.deliveryCount >= this.#o.maxDeliveries) return this.#deadLetter(d, event, this.#tooManyDeliveries(d));
+    const started = performance.now();
+    const outcome = await this.#retrying('inbox', () => this.#settle(inbox, event));
+    if (outcome === null) return this.#release(d, event);
+    if (outcome.status === 'dead') return this.#deadLetter(d, event, outcome.error);
+    this.stats[outcome.status]++;
+    this.#finish(d, 'ack');
+    this.events.fire('settled', { seq: d.m.seq, id: event.id, type: event.type, status: outcome.status, deliveryCount: d.m.info.deliveryCount, durationMs: performance.now() - started });
+  }
+
+  /**
+   * The first attempt runs even while stopping (the message was received);
+   * after a `retry` outcome the key stays held here, retried in place by
+   * processUntilSettled, until stop() ends the wait (null: release it).
+   */
+  async #settle(inbox: Inbox, event: OutboxEvent): Promise<Exclude<InboxOutcome, { status: 'retry' }> | null> {
+    const first = await inbox.process(event);
+    if (first.status !== 'retry') return first;
+    if (!(await this.#pause(first.delayMs))) return null;
+    return processUntilSettled(inbox, event, this.#stop.signal);
+  }
+
+  /** Worker mode: stores what arrived, in arrival order, one batch per transaction, then acks it. */
+  async #flushQueue(queue: InboxQueue): Promise<void> {
+    await new Promise((r) => setImmediate(r)); // lets the rest of a pull arrive
+    while (this.#queued.length > 0) {
+      const batch: QueuedEvent[] = [];
+      for (const item of this.#queued.splice(0, this.#o.batch)) {
+        item.d.state = 'running';
+        if (this.#closing || this.#releasedKeys.size > 0) this.#release(item.d, item.event);
+        else if (item.d.m.info.deliveryCount >= this.#o.maxDeliveries) await this.#deadLetter(item.d, item.event, this.#tooManyDeliveries(item.d));
+        else batch.push(item);
+      }
+      if (batch.length === 0) continue;
+      const started = performance.now();
+      const stored = await this.#retrying('queue', () => queue.receive(batch.map((i) => i.event)).then(() => true));
+      for (const { d, event } of batch) {
+        if (stored === null) {
+          this.#release(d, event);
+          continue;
+        }
+        this.stats.queued++;
+        this.#finish(d, 'ack');
+        this.events.fire('settled', { seq: d.m.seq, id: event.id, type: event.type, status: 'queued', deliveryCount: d.m.info.deliveryCount, durationMs: performance.now() - started });
+      }
+    }
+  }
+
+  #tooManyDeliveries(d: Delivery): string {
+    return `delivered ${d.m.info.deliveryCount} times without an ack (maxDeliveries ${this.#o.maxDeliveries}); the handler did not run again`;
+  }
+
+  /** Copies the message to the dead-letter subject (retrying until stop) and terminates it. */
+  async #deadLetter(d: Delivery, event: OutboxEvent, reason: string): Promise<void> {
+    const o = this.#o;
+    const subject = o.deadLetterSubject;
+    if (subject !== null && (await this.#retrying('dead-letter', () => this.#publishDead(d.m, subject, reason))) === null) return this.#release(d, event);
+    this.stats.dead++;
+    this.#finish(d, 'term');
+    const deliveryCount = d.m.info.deliveryCount;
+    o.logger.warn({ stream: o.stream, durable: o.durable, seq: d.m.seq, id: event.id, type: event.type, keyHash: keyHash(event.key), deliveryCount, deadLetterSubject: subject }, 'txbox nats consumer: dead-lettered');
+    this.events.fire('deadLettered', { seq: d.m.seq, id: event.id, type: event.type, subject, deliveryCount, reason });
+  }
+
+  /**
+   * The original body and headers (without `Nats-*` ones, which would steer
+   * the dead-letter stream; `Nats-Msg-Id` is kept, so a second copy after a
+   * crash is dropped by its duplicate window) plus `txbox-dead-*` headers.
+   */
+  async #publishDead(m: JsMsg, subject: string, reason: string): Promise<true> {
+    const h = natsHeaders();
+    for (const name of m.headers?.keys() ?? []) {
+      if (name.toLowerCase().startsWith('nats-')) continue;
+      for (const v of m.headers!.values(name)) h.append(name, v);
+    }
+    const add = (name: string, value: string): void => h.set(name, value.replace(/[\r\n]+/g, ' ').trim().slice(0, 1000));
+    add('txbox-dead-reason', reason || 'unknown');
+    add('txbox-dead-stream', this.#o.stream);
+    add('txbox-dead-subject', m.subject);
+    add('txbox-dead-seq', String(m.seq));
+    add('txbox-dead-consumer', this.#o.durable);
+    add('txbox-dead-deliveries', String(m.info.deliveryCount));
+    const msgID = m.headers?.get(HEADER.msgId);
+    const session = this.#session;
+    if (!session) throw new Error('the consumer is stopped');
+    await session.js.publish(subject, m.data, { headers: h, timeout: this.#o.requestTimeoutMs, ...(msgID ? { msgID } : {}) });
+    return true;
+  }
+
+  /** Runs `fn` until it resolves, pausing with backoff after each error; null once stop() aborted the wait. */
+  async #retrying<T>(operation: string, fn: () => Promise<T | null>): Promise<T | null> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await fn();
+      } catch (err) {
+        this.#error(operation, err);
+        if (!(await this.#pause(Math.min(30_000, 200 * 2 ** Math.min(attempt, 8))))) return null;
+      }
+    }
+  }
+
+  /**
+   * Leaves the message unacked: JetStream delivers it again after ack_wait.
+   * Not nak(): nats-server 2.9 can then redeliver it with a delivery count
+   * that was not increased (it went to this process's abandoned pull
+   * request first), which would defeat maxDeliveries. The key's later
+   * messages are released too, so none of them overtakes it.
+   */
+  #release(d: Delivery, event: OutboxEvent): void {
+    this.#releasedKeys.add(event.key);
+    this.stats.released++;
+    this.#finish(d, 'release');
+    this.events.fire('released', { seq: d.m.seq, id: event.id });
+  }
+
+  #finish(d: Delivery, how: 'ack' | 'term' | 'release'): void {
+    d.state = 'done';
+    this.#held.delete(d);
+    if (how === 'ack') {
+      // Acks of one event-loop turn leave in one socket write (nats.js coalesces what is sent in one tick).
+      this.#acks.push(d.m);
+      this.#ackTimer ??= setImmediate(() => this.#flushAcks());
+    } else if (how === 'term') this.#send(d.m, 'term');
+    if (this.#held.size < this.#limit) this.#wake();
+  }
+
+  #flushAcks(): void {
+    clearImmediate(this.#ackTimer);
+    this.#ackTimer = undefined;
+    for (const m of this.#acks.splice(0)) this.#send(m, 'ack');
+  }
+
+  #send(m: JsMsg, how: 'ack' | 'term'): void {
+    try {
+      if (how === 'ack') m.ack();
+      else m.term();
+    } catch (err) {
+      // A closed connection: the message is redelivered, and the inbox recognizes it.
+      if (this.#state === 'running') this.#error(how, err);
+    }
+  }
+
+  /** Extends the ack deadline of every held message that has not been touched for `every` ms. */
+  #extend(every: number): void {
+    const now = Date.now();
+    for (const d of this.#held) {
+      if (now - d.touchedAt < every) continue;
+      d.touchedAt = now;
+      this.stats.extended++;
+      safely(() => d.m.working());
+    }
+  }
+
+  #wake(): void {
+    const room = this.#room;
+    this.#room = null;
+    room?.();
+  }
+
+  /** Waits `ms`; false when stop() came first. */
+  async #pause(ms: number): Promise<boolean> {
+    const signal = this.#stop.signal;
+    if (signal.aborted) return false;
+    return new Promise((resolve) => {
+      const done = (ok: boolean): void => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', onAbort);
+        resolve(ok);
+      };
+      const onAbort = (): void => done(false);
+      const timer = setTimeout(() => done(true), ms);
+      signal.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  #error(operation: string, err: unknown): void {
+    const message = typeof err === 'string' ? err : messageOf(err);
+    this.events.fire('error', { operation, message });
+    this.#o.logger.warn({ stream: this.#o.stream, durable: this.#o.durable, operation, err: message }, 'txbox nats consumer: operation failed; retrying');
+  }
+}
+
+function safely(fn: () => void): void {
+  try {
+    fn();
+  } catch {
+    // Only a closed connection throws here; the server redelivers the message.
+  }
+}
+
+/** True when `promise` settled within `ms`. */
+async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+  try {
+    return await Promise.race([promise.then(() => true, () => true), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,154 @@
+/**
+ * NatsConsumer dead letters against the real nats-server on 127.0.0.1:4222
+ * and PostgreSQL: a poison handler is retried in place (its key waits, other
+ * keys flow) and dead-lettered after the inbox's attempts; a message
+ * delivered `maxDeliveries` times is dead-lettered without running the
+ * handler again. The copy keeps the envelope and says why.
+ */
+import assert from 'node:assert/strict';
+import { after, before, it } from 'node:test';
+import { createInbox, type RetryOptions } from 'txbox';
+import { NatsConsumer, parseNatsMessage, type NatsConsumerEvents } from 'txbox/nats';
+import { inboxNames, migrateInbox, PostgresInboxStore } from 'txbox/postgres';
+import { checkDeliveries } from 'txbox/testing';
+import { JetStreamAdmin, item, itemRounds, publishAll, type TestStreams } from '../fixtures/nats-consumer-helpers.ts';
+import { openDb, type TestDb } from '../helpers/databases.ts';
+import { waitFor } from '../helpers/wait.ts';
+
+let db: TestDb;
+let admin: JetStreamAdmin;
+let s: TestStreams;
+
+before(async () => {
+  db = await openDb('postgres', { migrate: false });
+  await migrateInbox(db.connection, inboxNames({ schema: db.schema }));
+  await db.query(`CREATE TABLE "${db.schema}".effects (seq bigserial PRIMARY KEY, event_id uuid NOT NULL, key text NOT NULL, at double precision NOT NULL)`);
+  admin = await JetStreamAdmin.open();
+});
+after(async () => {
+  await admin.close();
+  await db.close();
+});
+
+/** An inbox whose handler throws for events with `poison: true` and counts every call. */
+function poisonInbox(consumer: string, retry: RetryOptions) {
+  const calls = new Map<string, number>();
+  const inbox = createInbox({ store: new PostgresInboxStore({ connection: db.connection, schema: db.schema }), consumer, retry });
+  inbox.on('ItemChanged', async (event, tx) => {
+    calls.set(event.id, (calls.get(event.id) ?? 0) + 1);
+    if ((event.payload as { poison?: boolean }).poison) throw new Error('poison: this item cannot be applied');
+    await tx.query(`INSERT INTO "${db.schema}".effects (event_id, key, at) VALUES ($1, $2, $3)`, [event.id, event.key, Date.now()]);
+  });
+  return { inbox, calls };
+}
+
+async function deadLetters(): Promise<{ id: string; headers: Record<string, string> }[]> {
+  const info = await admin.jsm.streams.info(s.deadStream);
+  const out: { id: string; headers: Record<string, string> }[] = [];
+  for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
+    const m = await admin.jsm.streams.getMessage(s.deadStream, { seq });
+    if (!m) continue;
+    const parsed = parseNatsMessage({ subject: m.subject, data: m.data, headers: m.header });
+    assert.ok(parsed.ok, parsed.ok ? '' : parsed.message);
+    const headers: Record<string, string> = {};
+    for (const k of m.header.keys()) headers[k] = m.header.get(k);
+    out.push({ id: parsed.event.id, headers });
+  }
+  return out;
+}
+
+it('a poison handler is retried in place and dead-lettered after the inbox attempts, while other keys keep flowing', { timeout: 90_000 }, async () => {
+  s = await admin.streams();
+  try {
+    const poison = item('poison', 1, { poison: true });
+    const after = item('poison', 2);
+    const { rounds, committed } = itemRounds('ok', 10, 5);
+    const transport = s.transport();
+    await transport.start();
+    await publishAll(transport, [[poison], [after], ...rounds]);
+    await transport.close();
+    committed.set(after.key, [after.id]);
+
+    // Three attempts, 0.75-1.5 s apart: the poison key is held for at least 1.5 s.
+    const { inbox, calls } = poisonInbox('poison', { baseDelayMs: 1500, maxDelayMs: 1500, maxAttempts: 3 });
+    const consumer = new NatsConsumer({ stream: s.stream, durable: 'poison', inbox, concurrency: 8, ackWaitMs: 2000 });
+    const dead: (NatsConsumerEvents['deadLettered'] & { at: number })[] = [];
+    consumer.events.on('deadLettered', (e) => dead.push({ ...e, at: Date.now() }));
+    await consumer.start();
+    try {
+      await waitFor('the poison dead-lettered and the rest applied', async () => dead.length === 1 && (await db.query(`SELECT 1 FROM "${db.schema}".effects`)).length === 51, 60_000, 50);
+      // Past ack_wait: a terminated message is not delivered again.
+      await new Promise((r) => setTimeout(r, 2500));
+      assert.equal(consumer.stats.received, 52);
+      assert.equal((await s.consumer('poison'))?.num_ack_pending, 0);
+    } finally {
+      await consumer.stop();
+    }
+    assert.equal(calls.get(poison.id), 3, 'the handler ran maxAttempts times');
+    assert.equal(dead[0]!.id, poison.id);
+    assert.equal(dead[0]!.deliveryCount, 1, 'retried in place, never redelivered');
+    const rows = await db.query<{ id: string; key: string; at: number }>(`SELECT event_id AS id, key, at FROM "${db.schema}".effects ORDER BY seq`);
+    const others = rows.filter((r) => r.key !== after.key);
+    assert.ok(
+      others.every((r) => r.at < dead[0]!.at),
+      'every other key was applied while the poison key was held',
+    );
+    assert.ok(rows.find((r) => r.id === after.id)!.at >= dead[0]!.at, "the poison key's next event ran after the dead letter");
+    const report = checkDeliveries(committed, rows);
+    assert.deepEqual([report.lost, report.duplicates, report.orderViolations], [0, 0, 0], JSON.stringify(report));
+
+    const letters = await deadLetters();
+    assert.equal(letters.length, 1);
+    assert.equal(letters[0]!.id, poison.id, 'the copy parses back into the envelope');
+    assert.match(letters[0]!.headers['txbox-dead-reason']!, /poison: this item cannot be applied/);
+    assert.equal(letters[0]!.headers['txbox-dead-stream'], s.stream);
+    assert.equal(letters[0]!.headers['txbox-dead-consumer'], 'poison');
+    assert.equal(letters[0]!.headers['txbox-dead-subject'], `${s.subjectPrefix}.items`);
+    const [row] = await db.query<{ status: string; attempts: number }>(`SELECT status, attempts FROM "${db.schema}".inbox WHERE event_id = $1`, [poison.id]);
+    assert.deepEqual(row, { status: 'dead', attempts: 3 });
+  } finally {
+    await s.delete();
+  }
+});
+
+it('a message delivered maxDeliveries times is dead-lettered without running the handler again', { timeout: 60_000 }, async () => {
+  s = await admin.streams();
+  try {
+    const poison = item('p', 1, { poison: true });
+    const fine = item('q', 1);
+    const transport = s.transport();
+    await transport.start();
+    await publishAll(transport, [[poison, fine]]);
+    await transport.close();
+
+    // A long retry delay: the first process is still waiting to retry when it stops, and releases the message.
+    const { inbox, calls } = poisonInbox('deliveries', { baseDelayMs: 20_000, maxDelayMs: 20_000 });
+    const options = { stream: s.stream, durable: 'deliveries', inbox, maxDeliveries: 2, ackWaitMs: 2000 };
+    const first = new NatsConsumer(options);
+    const released: string[] = [];
+    first.events.on('released', (e) => released.push(e.id));
+    await first.start();
+    await waitFor('the poison failed once and the other was applied', () => calls.get(poison.id) === 1 && first.stats.processed === 1, 30_000);
+    await first.stop();
+    assert.deepEqual(released, [poison.id], 'stop() released the waiting message: JetStream delivers it again after ack_wait');
+
+    const second = new NatsConsumer(options);
+    const dead: NatsConsumerEvents['deadLettered'][] = [];
+    second.events.on('deadLettered', (e) => dead.push(e));
+    await second.start();
+    try {
+      await waitFor('the redelivery dead-lettered', () => dead.length === 1, 30_000);
+      await waitFor('every message acked', async () => (await s.consumer('deliveries'))?.num_ack_pending === 0);
+    } finally {
+      await second.stop();
+    }
+    assert.equal(calls.get(poison.id), 1, 'the handler did not run on the last delivery');
+    assert.equal(dead[0]!.deliveryCount, 2);
+    assert.match(dead[0]!.reason, /delivered 2 times without an ack \(maxDeliveries 2\)/);
+    const letters = await deadLetters();
+    assert.equal(letters.length, 1);
+    assert.equal(letters[0]!.headers['txbox-dead-deliveries'], '2');
+  } finally {
+    await s.delete();
+  }
+});
