@@ -10,6 +10,9 @@ bash scripts/kafka/up.sh
 
 echo "typecheck..."
 npx tsc -p tsconfig.json --noEmit
+echo "build (the CLI tests run the built CLI, as users do)..."
+rm -rf dist && npx tsc -p tsconfig.build.json
+export TXBOX_TEST_CLI=dist
 
 mapfile -t files < <(find test -name '*.test.ts' | sort)
 if [ "$#" -gt 0 ]; then files=("$@"); fi

@@ -4,6 +4,9 @@ import { fileURLToPath } from 'node:url';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
+const BUILT = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
+/** `npm test` builds first and sets TXBOX_TEST_CLI=dist: the CLI then runs as users run it, and starts fast. */
+const ARGS = process.env.TXBOX_TEST_CLI === 'dist' ? [BUILT] : ['--conditions=development', '--import', 'tsx', MAIN];
 
 export interface CliResult {
   readonly code: number | null;
@@ -22,8 +25,8 @@ export interface RunningCli {
 
 /** Starts `txbox <args>`; the environment is the test's minus TXBOX_* unless given. */
 export function startCli(args: string[], env: Record<string, string> = {}): RunningCli {
-  const cleanEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('TXBOX_')));
-  const child = spawn(process.execPath, ['--conditions=development', '--import', 'tsx', MAIN, ...args], {
+  const cleanEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('TXBOX_') || k === 'TXBOX_TEST_CLI'));
+  const child = spawn(process.execPath, [...ARGS, ...args], {
     cwd: ROOT,
     env: { ...cleanEnv, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
