@@ -229,6 +229,27 @@ describe('KafkaConsumer', { timeout: 180_000 }, () => {
     assert.deepEqual([report.lost, report.duplicates, report.orderViolations], [0, 0, 0]);
   });
 
+  it('stop() lets a running handler commit, commits its offset, then leaves the group', async () => {
+    const topic = await newTopic(6, false);
+    const groupId = newGroup();
+    let started = false;
+    const inbox = effectsInbox('stop', {
+      before: async () => {
+        started = true;
+        await new Promise((r) => setTimeout(r, 1500));
+      },
+    });
+    const consumer = consumerOf({ groupId, topics: [topic], inbox, deadLetterTopic: null });
+    await consumer.start();
+    await publish(topic, [item('slow', 1)]);
+    await waitFor('the handler runs', () => started, 15_000);
+    const stopping = Date.now();
+    await consumer.stop();
+    assert.ok(Date.now() - stopping >= 1000, 'stop() waited for the handler');
+    assert.equal((await applied(db, 'stop')).length, 1);
+    assert.equal(await uncommitted(topic, groupId), 0, 'its offset was committed before leaving');
+  });
+
   it('start() names the setting to fix, never a credential', async () => {
     const topic = await newTopic(1, false);
     const inbox = effectsInbox('config');

@@ -1,3 +1,5 @@
+import kafkajs, { type ConsumerConfig, type Kafka, type KafkaConfig, type LogEntry } from 'kafkajs';
+import type { ConnectionOptions } from 'node:tls';
 import { ConfigError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import type { Inbox } from '../../inbox/inbox.ts';
@@ -98,6 +100,10 @@ export interface ResolvedKafkaConsumerOptions {
 }
 
 const TOPIC = /^[A-Za-z0-9._-]{1,249}$/;
+const { Kafka: KafkaClass, logLevel } = kafkajs;
+
+/** kafkajs's own retries for the group, fetches, commits and dead-letter sends; after them it restarts the consumer. */
+export const CLIENT_RETRY = { retries: 5, initialRetryTime: 300, maxRetryTime: 10_000 } as const;
 
 /**
  * Validates KafkaConsumer options, fills defaults and freezes them. Throws
@@ -201,4 +207,50 @@ function int(field: string, value: number | undefined, fallback: number, min: nu
   if (value === undefined) return fallback;
   if (!Number.isSafeInteger(value) || value < min || value > max) throw new ConfigError(field, `must be an integer from ${min} to ${max}, got ${String(value)}`);
   return value;
+}
+
+/** The kafkajs client these options describe: the given instance, or a new one whose log lines go to the logger. */
+export function kafkaOf(o: ResolvedKafkaConsumerOptions): Kafka {
+  const c = o.connection.connection;
+  if (c.kind === 'instance') return c.kafka;
+  const logger = o.logger;
+  const config: KafkaConfig = {
+    brokers: [...c.brokers],
+    clientId: c.clientId,
+    connectionTimeout: c.connectionTimeoutMs,
+    authenticationTimeout: c.connectionTimeoutMs,
+    requestTimeout: c.requestTimeoutMs,
+    logLevel: logLevel.INFO,
+    logCreator: () => (entry: LogEntry) => forwardLog(logger, entry),
+  };
+  if (c.ssl !== undefined) config.ssl = c.ssl as boolean | ConnectionOptions;
+  if (c.sasl !== undefined) config.sasl = c.sasl;
+  return new KafkaClass(config);
+}
+
+/** The kafkajs consumer these options describe. `restart` tells kafkajs whether to restart after a retriable crash. */
+export function consumerConfigOf(o: ResolvedKafkaConsumerOptions, restart: () => Promise<boolean>): ConsumerConfig {
+  return {
+    groupId: o.groupId,
+    sessionTimeout: o.sessionTimeoutMs,
+    rebalanceTimeout: o.rebalanceTimeoutMs,
+    heartbeatInterval: o.heartbeatIntervalMs,
+    // Bounds how long stop() waits for an idle fetch; a heartbeat goes out after each empty one.
+    maxWaitTimeInMs: Math.min(1000, o.heartbeatIntervalMs),
+    allowAutoTopicCreation: false,
+    retry: { ...CLIENT_RETRY, restartOnFailure: restart },
+  };
+}
+
+const LOG_FIELDS = ['broker', 'clientId', 'topic', 'groupId', 'memberId', 'retryCount', 'retryTime', 'error'] as const;
+
+/** kafkajs log lines with addresses, counters and error texts only, never the configuration (as kafka-client.ts does for the transport). */
+function forwardLog(logger: Logger, { namespace, level, log }: LogEntry): void {
+  const fields: Record<string, unknown> = { component: 'kafkajs', namespace };
+  for (const f of LOG_FIELDS) if (log[f] !== undefined) fields[f] = log[f];
+  const message = String(log.message);
+  if (level === logLevel.ERROR) logger.error(fields, message);
+  else if (level === logLevel.WARN) logger.warn(fields, message);
+  else if (level === logLevel.INFO) logger.info(fields, message);
+  else logger.debug(fields, message);
 }

@@ -4,23 +4,19 @@
  * committed. The kafkajs consumer API is used here (the transport's seam,
  * kafka-client.ts, covers producing).
  */
-import kafkajs, { type Consumer as KafkaJsConsumer, type EachBatchPayload, type IHeaders, type Kafka, type KafkaConfig, type KafkaMessage, type LogEntry, type Producer } from 'kafkajs';
-import type { ConnectionOptions } from 'node:tls';
+import type { Consumer as KafkaJsConsumer, EachBatchPayload, IHeaders, Kafka, KafkaMessage, Producer } from 'kafkajs';
 import { keyHash, TypedEmitter } from '../../core/emitter.ts';
 import type { OutboxEvent } from '../../core/envelope.ts';
 import { ConfigError, TransportError } from '../../core/errors.ts';
 import type { Consumer, InboxOutcome } from '../../core/inbox-ports.ts';
-import type { Logger } from '../../core/logger.ts';
 import type { Inbox } from '../../inbox/inbox.ts';
 import type { InboxQueue } from '../../inbox/inbox-worker.ts';
 import { KeyedDispatcher } from '../../inbox/keyed-dispatcher.ts';
-import { resolveKafkaConsumerOptions, type KafkaConsumerOptions, type ResolvedKafkaConsumerOptions } from './kafka-consumer-options.ts';
+import { CLIENT_RETRY, consumerConfigOf, kafkaOf, resolveKafkaConsumerOptions, type KafkaConsumerOptions, type ResolvedKafkaConsumerOptions } from './kafka-consumer-options.ts';
 import { parseKafkaMessage, type ParsedKafkaMessage } from './kafka-message.ts';
 import { startError } from './kafka-outcomes.ts';
 
 export { resolveKafkaConsumerOptions, type KafkaConsumerOptions, type ResolvedKafkaConsumerOptions } from './kafka-consumer-options.ts';
-
-const { Kafka: KafkaClass, logLevel } = kafkajs;
 
 /** A handler retry due within this many ms waits in place; a later one pauses the partition instead (see #settle). */
 const RETRY_IN_PLACE_MS = 1000;
@@ -28,8 +24,6 @@ const RETRY_IN_PLACE_MS = 1000;
 const COMMIT_EVERY_MS = 1000;
 /** Records stored per inbox-queue transaction in worker mode. */
 const QUEUE_CHUNK = 500;
-/** kafkajs's own retries for the group, fetches and commits; after them it restarts the consumer. */
-const CLIENT_RETRY = { retries: 5, initialRetryTime: 300, maxRetryTime: 10_000 } as const;
 const START_RETRY = { retries: 2, initialRetryTime: 100, maxRetryTime: 1000 } as const;
 /** Protocol errors that mean "this member's generation is over": stop taking records, commit, rejoin. */
 const REBALANCE = new Set(['REBALANCE_IN_PROGRESS', 'ILLEGAL_GENERATION', 'NOT_COORDINATOR_FOR_GROUP', 'NOT_COORDINATOR', 'UNKNOWN_MEMBER_ID', 'FENCED_INSTANCE_ID']);
@@ -126,6 +120,7 @@ class BatchRun {
   #lastCommit = performance.now();
   #committing: Promise<void> = Promise.resolve();
   readonly #timer: NodeJS.Timeout;
+  readonly #detach: (() => void)[] = [];
 
   constructor(p: EachBatchPayload, generation: Generation, stop: AbortSignal, host: BatchHost, destination: string) {
     this.#p = p;
@@ -135,7 +130,15 @@ class BatchRun {
     this.#generation = generation;
     this.#host = host;
     this.#destination = destination;
-    this.signal = AbortSignal.any([stop, generation.abort.signal]);
+    // Not AbortSignal.any: its dependants stay attached to a long-lived source signal on Node 20.
+    const controller = new AbortController();
+    const abort = (): void => controller.abort();
+    this.signal = controller.signal;
+    for (const source of [stop, generation.abort.signal]) {
+      if (source.aborted) controller.abort();
+      source.addEventListener('abort', abort, { once: true });
+      this.#detach.push(() => source.removeEventListener('abort', abort));
+    }
     // Heartbeats go on while a handler runs or waits; a rebalance seen by one revokes the generation.
     this.#timer = setInterval(() => void this.beat(), host.heartbeatIntervalMs);
   }
@@ -229,6 +232,7 @@ class BatchRun {
 
   end(): void {
     clearInterval(this.#timer);
+    for (const detach of this.#detach) detach();
   }
 }
 
@@ -326,7 +330,7 @@ export class KafkaConsumer implements Consumer {
     let consumer: KafkaJsConsumer | null = null;
     const off: (() => void)[] = [];
     try {
-      const kafka = this.#kafka();
+      const kafka = kafkaOf(o);
       await this.#checkCluster(kafka);
       if (o.deadLetterTopics.size > 0) {
         producer = kafka.producer({ allowAutoTopicCreation: false, retry: CLIENT_RETRY });
@@ -334,16 +338,7 @@ export class KafkaConsumer implements Consumer {
           throw startError(err, o.connection);
         });
       }
-      const c = kafka.consumer({
-        groupId: o.groupId,
-        sessionTimeout: o.sessionTimeoutMs,
-        rebalanceTimeout: o.rebalanceTimeoutMs,
-        heartbeatInterval: o.heartbeatIntervalMs,
-        // Bounds how long stop() waits for an idle fetch, and heartbeats go out after each empty one.
-        maxWaitTimeInMs: Math.min(1000, o.heartbeatIntervalMs),
-        allowAutoTopicCreation: false,
-        retry: { ...CLIENT_RETRY, restartOnFailure: async () => this.#state === 'running' || this.#state === 'starting' },
-      });
+      const c = kafka.consumer(consumerConfigOf(o, async () => this.#state === 'running' || this.#state === 'starting'));
       consumer = c;
       const joined = this.#watch(c, off);
       await c.connect().catch((err: unknown) => {
@@ -440,24 +435,6 @@ export class KafkaConsumer implements Consumer {
     this.#assignment = {};
     this.#state = 'stopped';
     o.logger.info({ groupId: o.groupId }, 'txbox kafka consumer: stopped');
-  }
-
-  #kafka(): Kafka {
-    const c = this.#o.connection.connection;
-    if (c.kind === 'instance') return c.kafka;
-    const logger = this.#o.logger;
-    const config: KafkaConfig = {
-      brokers: [...c.brokers],
-      clientId: c.clientId,
-      connectionTimeout: c.connectionTimeoutMs,
-      authenticationTimeout: c.connectionTimeoutMs,
-      requestTimeout: c.requestTimeoutMs,
-      logLevel: logLevel.INFO,
-      logCreator: () => (entry: LogEntry) => forwardLog(logger, entry),
-    };
-    if (c.ssl !== undefined) config.ssl = c.ssl as boolean | ConnectionOptions;
-    if (c.sasl !== undefined) config.sasl = c.sasl;
-    return new KafkaClass(config);
   }
 
   /** Connects an admin client (address, TLS, SASL) and checks that every topic and dead-letter topic exists. */
@@ -708,17 +685,4 @@ async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
   } finally {
     clearTimeout(timer);
   }
-}
-
-const LOG_FIELDS = ['broker', 'clientId', 'topic', 'groupId', 'memberId', 'retryCount', 'retryTime', 'error'] as const;
-
-/** kafkajs log lines, with addresses, counters and error texts only (never the configuration). Mirrors kafka-client.ts. */
-function forwardLog(logger: Logger, { namespace, level, log }: LogEntry): void {
-  const fields: Record<string, unknown> = { component: 'kafkajs', namespace };
-  for (const f of LOG_FIELDS) if (log[f] !== undefined) fields[f] = log[f];
-  const message = String(log.message);
-  if (level === logLevel.ERROR) logger.error(fields, message);
-  else if (level === logLevel.WARN) logger.warn(fields, message);
-  else if (level === logLevel.INFO) logger.info(fields, message);
-  else logger.debug(fields, message);
 }
