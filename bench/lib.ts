@@ -5,6 +5,7 @@
  */
 import pg from 'pg';
 import { randomBytes } from 'node:crypto';
+import { availableParallelism, loadavg } from 'node:os';
 import { createOutbox, defineEvent, payloadType, type NewEvent, type Outbox, type OutboxEvent, type PublishOutcome, type Transport } from 'txbox';
 import { migratePostgres, pgConnection, postgresNames, PostgresOutboxStore, type PostgresConnection, type PostgresNames } from 'txbox/postgres';
 
@@ -118,6 +119,7 @@ export async function openBench(prefix: string, poolSize = 8): Promise<Bench> {
 /** Runs `main(bench)` on a fresh schema and always drops it, also on Ctrl-C. */
 export async function withBench(prefix: string, main: (bench: Bench) => Promise<void>, poolSize = 8): Promise<void> {
   const bench = await openBench(prefix, poolSize);
+  log(`${prefix}: ${new Date().toISOString()}, ${machine()}, node ${process.version}`);
   const onSignal = (): void => {
     bench.drop().finally(() => process.exit(130));
   };
@@ -129,6 +131,7 @@ export async function withBench(prefix: string, main: (bench: Bench) => Promise<
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
     await bench.drop();
+    log(`${prefix} done: ${machine()}`);
   }
 }
 
@@ -136,11 +139,7 @@ export function benchOutbox(bench: Bench, notify: boolean): Outbox {
   return createOutbox({ store: new PostgresOutboxStore({ schema: bench.schema, notify }), events: [OrderPlaced] });
 }
 
-/**
- * Empties the outbox, frees every bucket and forgets relays. A stopped relay's
- * heartbeat row would otherwise count as a live relay for the next one, which
- * would then lease only half of the buckets (see docs/performance.md).
- */
+/** Empties the outbox, frees every bucket and forgets relays, so that each run starts alike. */
 export async function resetOutbox(bench: Bench): Promise<void> {
   const n = bench.names;
   await bench.sql(`TRUNCATE ${n.outbox}`);
@@ -171,6 +170,43 @@ export async function loadBacklog(bench: Bench, events: number, keys: number, pe
   const ms = performance.now() - started;
   await settle(bench);
   return ms;
+}
+
+/** Every column a relay reads or writes, except the generated `bucket`. */
+const COPY_COLUMNS = `seq, id, type, aggregate_type, aggregate_id, key, destination, payload, headers, occurred_at, version, created_at, state,
+  attempts, next_attempt_at, last_error, parked_at, done_at, replay_id`;
+
+/**
+ * A backlog loaded once through `enqueue` and kept in a side table, so that
+ * each measured drain starts from the very same rows without re-running the
+ * (slower) enqueue path: `restore(n)` empties the outbox and copies the first
+ * `n` events back, then VACUUM ANALYZE and CHECKPOINT. Not timed.
+ */
+export class Backlog {
+  private constructor(
+    private readonly bench: Bench,
+    readonly events: number,
+    readonly keys: number,
+    readonly loadMs: number,
+  ) {}
+
+  static async create(bench: Bench, events: number, keys: number): Promise<Backlog> {
+    await resetOutbox(bench);
+    const ms = await loadBacklog(bench, events, keys);
+    await bench.sql(`CREATE TABLE "${bench.schema}".backlog AS SELECT ${COPY_COLUMNS} FROM ${bench.names.outbox} ORDER BY seq`);
+    log(`loaded ${fmtInt(events)} events over ${keys} keys through enqueue in ${(ms / 1000).toFixed(1)} s (${fmtInt(perSec(events, ms))}/s, not timed); kept as the backlog of every run`);
+    return new Backlog(bench, events, keys, ms);
+  }
+
+  async restore(events = this.events): Promise<void> {
+    await resetOutbox(this.bench);
+    await this.bench.sql(
+      `INSERT INTO ${this.bench.names.outbox} (${COPY_COLUMNS}) OVERRIDING SYSTEM VALUE
+       SELECT ${COPY_COLUMNS} FROM "${this.bench.schema}".backlog ORDER BY seq LIMIT $1`,
+      [Math.min(events, this.events)],
+    );
+    await settle(this.bench);
+  }
 }
 
 /** VACUUM ANALYZE the outbox and CHECKPOINT, so that earlier work's cleanup does not land in the next measurement. */
@@ -266,6 +302,12 @@ export function printTable(header: readonly string[], rows: readonly (readonly s
 /** One line that scripts/bench.sh collects into its summary. */
 export function summary(bench: string, text: string): void {
   console.log(`SUMMARY ${bench}: ${text}`);
+}
+
+/** CPU count and load average: the machine is shared, so every benchmark prints it at start and end. */
+export function machine(): string {
+  const [one, five] = loadavg();
+  return `${availableParallelism()} CPUs, load average 1 min ${one!.toFixed(2)}, 5 min ${five!.toFixed(2)}`;
 }
 
 export function log(text: string): void {

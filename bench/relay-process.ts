@@ -11,6 +11,12 @@ export interface RelayWorkerConfig {
   readonly expect?: number;
   readonly pollIntervalMs?: number;
   readonly transport: { readonly kind: 'noop' } | { readonly kind: 'http'; readonly url: string };
+  /**
+   * `src` (default): the store's own complete statement. `any-array`: the
+   * experiment of bench/complete-experiment.ts, a fence check the planner cannot
+   * turn into a nested loop over (buckets x batch).
+   */
+  readonly complete?: 'src' | 'any-array';
 }
 
 export interface RelayWorkerResult {
@@ -31,7 +37,12 @@ export interface RelayWorkerResult {
   readonly rssBaseline: number;
   readonly rssMax: number;
   readonly heapMax: number;
+  /** Relay 'error' events, grouped: `phase: message (xN)`. */
   readonly errors: readonly string[];
+  /** Completions rejected by the lease fence. */
+  readonly fenced: number;
+  /** Relay errors that were PostgreSQL deadlocks (any phase). */
+  readonly deadlocks: number;
 }
 
 export type RelayWorkerMessage =
@@ -73,7 +84,11 @@ export function startRelayWorker(config: RelayWorkerConfig): RelayWorker {
   started.catch(() => {});
   child.on('message', (m: RelayWorkerMessage) => {
     if (m.type === 'started') onStarted();
-    else if (m.type === 'result') onResult(m.result);
+    else if (m.type === 'result') {
+      onResult(m.result);
+      // The worker exits by itself after reporting; never let a stuck one keep this process alive.
+      setTimeout(() => child.kill('SIGKILL'), 10_000).unref();
+    }
     else onError(new Error(`relay worker failed: ${m.message}`));
   });
   child.on('exit', (code) => onError(new Error(`relay worker exited with code ${String(code)} before reporting`)));

@@ -8,16 +8,47 @@
  * RelayStore) to split the drain time into claim SQL, complete SQL and the rest.
  */
 import { createRelay, type BucketLease, type ClaimOptions, type Completion, type RelayHeartbeat, type RelayStore, type Transport } from 'txbox';
-import { pgConnection, PostgresRelayStore } from 'txbox/postgres';
+import { HttpTransport } from 'txbox/http';
+import { pgConnection, PostgresRelayStore, postgresNames, type PostgresConnection } from 'txbox/postgres';
 import { DATABASE_URL, MemorySampler, NoopTransport } from './lib.ts';
 import type { RelayWorkerConfig, RelayWorkerMessage, RelayWorkerResult } from './relay-process.ts';
+
+/**
+ * The experiment of bench/complete-experiment.ts: the same fenced mark (or
+ * delete) of published events, but the fence is checked with `= ANY` over an
+ * array of (bucket, token) pairs computed once, instead of a join that the
+ * planner runs as a nested loop over every (fence row, input row) pair because
+ * it estimates the fence at one row. Batches with any failed event use the store's own statement.
+ */
+function anyArrayComplete(schema: string, deleteOnPublish: boolean): string {
+  const n = postgresNames({ schema });
+  const pairs = `((o.bucket::bigint << 48) | i.token) = ANY (ARRAY(SELECT (f.bucket::bigint << 48) | f.token FROM fence f))`;
+  const published = deleteOnPublish
+    ? `DELETE FROM ${n.outbox} o USING input i WHERE o.seq = i.seq AND o.state = 'pending' AND ${pairs} RETURNING 1`
+    : `UPDATE ${n.outbox} o SET state = 'published', done_at = now(), attempts = o.attempts + 1, next_attempt_at = NULL
+       FROM input i WHERE o.seq = i.seq AND o.state = 'pending' AND ${pairs} RETURNING 1`;
+  return `WITH input AS (SELECT * FROM unnest($2::bigint[], $3::bigint[]) AS i(seq, token)),
+fence AS (
+  SELECT b.bucket, b.token FROM ${n.buckets} b
+  WHERE b.owner = $1 AND b.lease_until > now() AND b.token IN (SELECT token FROM input)
+  FOR SHARE
+), published AS (${published})
+SELECT (SELECT count(*) FROM published)::int AS applied`;
+}
 
 class TimedRelayStore implements RelayStore {
   claims: number[] = [];
   emptyClaims = 0;
   completeMs = 0;
   completes = 0;
-  constructor(private readonly inner: RelayStore) {}
+  readonly prune?: (olderThanMs: number, limit: number) => Promise<number>;
+  constructor(
+    private readonly inner: RelayStore,
+    private readonly experiment?: { readonly sql: string; readonly db: PostgresConnection },
+  ) {
+    const prune = inner.prune?.bind(inner);
+    if (prune) this.prune = prune;
+  }
 
   heartbeat(relay: RelayHeartbeat, ttlMs: number) {
     return this.inner.heartbeat(relay, ttlMs);
@@ -28,6 +59,9 @@ class TimedRelayStore implements RelayStore {
   release(relayId: string, leases: readonly BucketLease[]) {
     return this.inner.release(relayId, leases);
   }
+  leave(relayId: string) {
+    return this.inner.leave(relayId);
+  }
   async claim(leases: readonly BucketLease[], options: ClaimOptions) {
     const t = performance.now();
     const events = await this.inner.claim(leases, options);
@@ -37,10 +71,21 @@ class TimedRelayStore implements RelayStore {
   }
   async complete(relayId: string, completions: readonly Completion[]) {
     const t = performance.now();
-    const r = await this.inner.complete(relayId, completions);
+    const r = this.experiment && completions.every((c) => c.outcome === 'published')
+      ? await this.#experimentalComplete(relayId, completions)
+      : await this.inner.complete(relayId, completions);
     this.completeMs += performance.now() - t;
     this.completes++;
     return r;
+  }
+  async #experimentalComplete(relayId: string, completions: readonly Completion[]) {
+    const { rows } = await this.experiment!.db.query<{ applied: number }>(this.experiment!.sql, [
+      relayId,
+      completions.map((c) => c.seq),
+      completions.map((c) => c.token),
+    ]);
+    const applied = rows[0]!.applied;
+    return { applied, rejected: completions.length - applied };
   }
   waitForEvents(timeoutMs: number, signal: AbortSignal) {
     return this.inner.waitForEvents(timeoutMs, signal);
@@ -50,12 +95,9 @@ class TimedRelayStore implements RelayStore {
   }
 }
 
-/** The HTTP transport is loaded by name at run time, so that this file compiles before src/transports/http exists. */
-async function makeTransport(config: RelayWorkerConfig): Promise<Transport> {
+function makeTransport(config: RelayWorkerConfig): Transport {
   if (config.transport.kind === 'noop') return new NoopTransport();
-  const specifier = 'txbox/http';
-  const mod = (await import(specifier)) as { HttpTransport: new (options: { endpoints: Record<string, string>; timeoutMs?: number }) => Transport };
-  return new mod.HttpTransport({ endpoints: { orders: config.transport.url }, timeoutMs: 10_000 });
+  return new HttpTransport({ endpoints: { orders: config.transport.url }, timeoutMs: 10_000 });
 }
 
 function send(message: RelayWorkerMessage): void {
@@ -65,19 +107,31 @@ function send(message: RelayWorkerMessage): void {
 async function main(): Promise<void> {
   const config = JSON.parse(process.env.BENCH_RELAY_WORKER ?? '{}') as RelayWorkerConfig;
   const connection = pgConnection({ connectionString: DATABASE_URL, maxConnections: config.lanes + 2 });
-  const store = new TimedRelayStore(new PostgresRelayStore({ schema: config.schema, connection, deleteOnPublish: config.deleteOnPublish }));
-  const transport = await makeTransport(config);
+  const inner = new PostgresRelayStore({ schema: config.schema, connection, deleteOnPublish: config.deleteOnPublish });
+  const store =
+    config.complete === 'any-array'
+      ? new TimedRelayStore(inner, { sql: anyArrayComplete(config.schema, config.deleteOnPublish), db: connection })
+      : new TimedRelayStore(inner);
+  const transport = makeTransport(config);
   const relay = createRelay({
     store,
     transport,
     batchSize: config.batchSize,
     lanes: config.lanes,
+    // With deleteOnPublish there is nothing to prune; keep rows: the default retention (1 day) never fires in a benchmark.
+    ...(config.deleteOnPublish ? { retention: false as const } : {}),
     ...(config.pollIntervalMs === undefined ? {} : { pollIntervalMs: config.pollIntervalMs }),
   });
   const errors: string[] = [];
+  const errorCounts: Record<string, number> = {};
+  let fenced = 0;
+  let deadlocks = 0;
   relay.on('error', (e) => {
-    if (errors.length < 5) errors.push(`${e.phase}: ${e.error.message}`);
+    if (/deadlock/i.test(e.error.message)) deadlocks++;
+    const what = `${e.phase}: ${e.error.message}`;
+    errorCounts[what] = (errorCounts[what] ?? 0) + 1;
   });
+  relay.on('fenced', (e) => (fenced += e.rejected));
   let published = 0;
   let batches = 0;
   let doneAt: number | undefined;
@@ -123,9 +177,18 @@ async function main(): Promise<void> {
     rssBaseline,
     rssMax: memory.maxRss,
     heapMax: memory.maxHeapUsed,
-    errors,
+    errors: Object.entries(errorCounts).map(([what, n]) => `${what} (x${n})`),
+    fenced,
+    deadlocks,
   };
   send({ type: 'result', result });
+  process.disconnect?.();
+  // The process should now exit by itself; if something still holds it open, say what, then leave.
+  setTimeout(() => {
+    const handles = (process as unknown as { _getActiveHandles(): object[] })._getActiveHandles().map((h) => h.constructor.name);
+    console.error(`relay worker: still running 5 s after relay.stop() and pool close; open handles: ${handles.join(', ')}`);
+    process.exit(3);
+  }, 5000).unref();
 }
 
 main().catch((err: Error) => {

@@ -1,0 +1,142 @@
+/**
+ * Commit-to-ack latency, shared by bench/latency.ts (no-op transport) and
+ * bench/http-latency.ts (HTTP to a node:http receiver). Producer, relay and
+ * receiver run in this one process, so both timestamps come from one clock:
+ * commit time is taken when COMMIT has returned to the producer, ack time when
+ * the transport was handed the event (no-op) or the receiver got the request (HTTP).
+ */
+import pg from 'pg';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { createRelay, type Transport } from 'txbox';
+import { HttpTransport } from 'txbox/http';
+import { pgConnection, PostgresRelayStore } from 'txbox/postgres';
+import { benchOutbox, DATABASE_URL, NoopTransport, orderEvent, percentile, resetOutbox, settle, type Bench } from './lib.ts';
+
+export interface LatencyOptions {
+  readonly rate: number;
+  readonly seconds: number;
+  /** Producer connections (single-event transactions, paced to `rate` in total). */
+  readonly clients: number;
+  readonly keys: number;
+  /** Events per producer transaction (default 1); `rate` counts events. */
+  readonly eventsPerTx?: number;
+  readonly notify: boolean;
+  readonly pollIntervalMs: number;
+  readonly transport: 'noop' | 'http';
+  readonly batchSize?: number;
+  readonly lanes?: number;
+}
+
+export interface LatencyResult {
+  readonly produced: number;
+  readonly acked: number;
+  readonly achievedRate: number;
+  readonly p50: number;
+  readonly p90: number;
+  readonly p99: number;
+  readonly max: number;
+  readonly mean: number;
+}
+
+/** A receiver answering 204 to every request; `onRequest` gets the `webhook-id` as soon as the request arrives. */
+async function startReceiver(onRequest: (id: string) => void): Promise<{ url: string; server: Server }> {
+  const server = createServer((req, res) => {
+    const id = req.headers['webhook-id'];
+    if (typeof id === 'string') onRequest(id);
+    req.resume();
+    req.on('end', () => {
+      res.statusCode = 204;
+      res.end();
+    });
+  });
+  server.keepAliveTimeout = 30_000;
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks/orders`, server };
+}
+
+export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promise<LatencyResult> {
+  await resetOutbox(bench);
+  await settle(bench);
+  const committedAt = new Map<string, number>();
+  const ackedAt = new Map<string, number>();
+  const ack = (id: string): void => {
+    if (!ackedAt.has(id)) ackedAt.set(id, performance.now());
+  };
+  let receiver: { url: string; server: Server } | undefined;
+  let transport: Transport;
+  if (o.transport === 'http') {
+    receiver = await startReceiver(ack);
+    transport = new HttpTransport({ endpoints: { orders: receiver.url }, timeoutMs: 10_000 });
+  } else {
+    transport = new NoopTransport((events) => {
+      for (const e of events) ack(e.id);
+    });
+  }
+  const connection = pgConnection({ connectionString: DATABASE_URL, maxConnections: (o.lanes ?? 2) + 2 });
+  const relay = createRelay({
+    store: new PostgresRelayStore({ schema: bench.schema, connection }),
+    transport,
+    pollIntervalMs: o.pollIntervalMs,
+    ...(o.batchSize === undefined ? {} : { batchSize: o.batchSize }),
+    ...(o.lanes === undefined ? {} : { lanes: o.lanes }),
+  });
+  await relay.start();
+  const outbox = benchOutbox(bench, o.notify);
+  const clients = await Promise.all(
+    Array.from({ length: o.clients }, async () => {
+      const c = new pg.Client({ connectionString: DATABASE_URL });
+      await c.connect();
+      return c;
+    }),
+  );
+  const perTx = o.eventsPerTx ?? 1;
+  const total = o.rate * o.seconds;
+  const transactions = Math.ceil(total / perTx);
+  const interval = (1000 * perTx) / o.rate;
+  let next = 0;
+  const started = performance.now();
+  await Promise.all(
+    clients.map(async (c) => {
+      for (;;) {
+        const t = next++;
+        if (t >= transactions) return;
+        const due = started + t * interval;
+        const wait = due - performance.now();
+        if (wait > 1) await sleep(wait);
+        const events = Array.from({ length: perTx }, (_, j) => orderEvent(t * perTx + j, (t * perTx + j) % o.keys));
+        await c.query('BEGIN');
+        const ids = await outbox.enqueue(c, events);
+        await c.query('COMMIT');
+        const now = performance.now();
+        for (const id of ids) committedAt.set(id, now);
+      }
+    }),
+  );
+  const produceMs = performance.now() - started;
+  const deadline = performance.now() + 30_000;
+  while (ackedAt.size < transactions * perTx && performance.now() < deadline) await sleep(20);
+  await relay.stop();
+  await connection.close();
+  await Promise.all(clients.map((c) => c.end()));
+  if (receiver) await new Promise<void>((resolve) => receiver.server.close(() => resolve()));
+  const latencies: number[] = [];
+  for (const [id, t] of committedAt) {
+    const a = ackedAt.get(id);
+    if (a !== undefined) latencies.push(a - t);
+  }
+  latencies.sort((a, b) => a - b);
+  return {
+    produced: committedAt.size,
+    acked: latencies.length,
+    achievedRate: (committedAt.size * 1000) / produceMs,
+    p50: percentile(latencies, 50),
+    p90: percentile(latencies, 90),
+    p99: percentile(latencies, 99),
+    max: latencies[latencies.length - 1] ?? Number.NaN,
+    mean: latencies.reduce((a, b) => a + b, 0) / Math.max(1, latencies.length),
+  };
+}
+
+export const fmtMs = (ms: number): string => (Number.isFinite(ms) ? ms.toFixed(1) : '-');
