@@ -38,7 +38,12 @@ export interface NatsConsumerOptions extends Pick<NatsTransportOptions, Connecti
   readonly filterSubjects?: string | readonly string[];
   /** Messages asked for per pull request (nats.js asks for more once a quarter of them arrived); in worker mode also the most stored per transaction. Default: 100. */
   readonly batch?: number;
-  /** Handlers running at once (different keys; one key's messages run one at a time, in stream order). Default: 32. */
+  /**
+   * Events handed to the inbox at once (different keys; one key's messages
+   * run one at a time, in stream order). The inbox commits events handed to
+   * it together in one transaction: for throughput, use at least its
+   * `batch.maxSize × batch.concurrency` (128 by default). Default: 32.
+   */
   readonly concurrency?: number;
   /**
    * The consumer's `max_deliver`. A message delivered this many times (its
