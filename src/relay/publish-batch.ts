@@ -3,6 +3,7 @@ import { TransportError, toTransportError } from '../core/errors.ts';
 import type { Completion, PublishOutcome, Transport } from '../core/ports.ts';
 import { retryDelay, type ResolvedRetryOptions } from '../core/retry.ts';
 import { publishToRoutes, type ResolvedRoute, type RoutedOutcome } from './routes.ts';
+import { untilAborted } from '../core/abort.ts';
 
 export interface BatchContext {
   readonly routes: readonly ResolvedRoute[];
@@ -103,21 +104,3 @@ function failureCompletion(
   return { ...base, outcome: 'retry', delayMs: retryDelay(retry, attempt, error.retryAfterMs), error: message };
 }
 
-/** Settles with `promise`, or rejects when `signal` aborts first (a transport that ignores its signal cannot hang the relay). */
-function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = (): void => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    promise.then(
-      (v) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(v);
-      },
-      (e: unknown) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(e);
-      },
-    );
-  });
-}

@@ -15,6 +15,7 @@
  */
 import type { Logger } from '../../core/logger.ts';
 import type { KafkaClient, ProducerHandle } from './kafka-client.ts';
+import { untilAborted } from '../../core/abort.ts';
 
 interface Slot {
   /** The slot's producer, connected or connecting; null until first needed or after discard. */
@@ -123,21 +124,3 @@ export class ProducerPool {
   }
 }
 
-/** Settles with `promise`, or rejects with the signal's reason when it aborts first. */
-export function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = (): void => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    promise.then(
-      (v) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(v);
-      },
-      (e: unknown) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(e);
-      },
-    );
-  });
-}

@@ -11,7 +11,8 @@ import type { PublishOutcome } from '../../core/ports.ts';
 import type { KafkaRecord } from './kafka-client.ts';
 import { buildKafkaRecord } from './kafka-message.ts';
 import { ACK, abortedSend, classifyKafkaError, fail, failedSend, topicCheckFailed, unroutable, type KafkaFailure } from './kafka-outcomes.ts';
-import { untilAborted, type ProducerLease, type ProducerPool } from './kafka-producer-pool.ts';
+import { untilAborted } from '../../core/abort.ts';
+import type { ProducerLease, ProducerPool } from './kafka-producer-pool.ts';
 import type { TopicCatalog } from './kafka-topics.ts';
 import { topicOf, type ResolvedKafkaTransportOptions } from './kafka-transport-options.ts';
 

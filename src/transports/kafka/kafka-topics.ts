@@ -9,7 +9,7 @@
  */
 import type { Logger } from '../../core/logger.ts';
 import type { AdminHandle, KafkaClient } from './kafka-client.ts';
-import { untilAborted } from './kafka-producer-pool.ts';
+import { untilAborted } from '../../core/abort.ts';
 
 export class TopicCatalog {
   readonly #client: KafkaClient;
