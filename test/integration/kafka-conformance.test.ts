@@ -7,8 +7,6 @@
  */
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before } from 'node:test';
@@ -16,6 +14,7 @@ import { Kafka, logLevel, type Admin } from 'kafkajs';
 import { KafkaTransport, parseKafkaMessage } from 'txbox/kafka';
 import { runTransportConformance, type Delivered } from 'txbox/testing';
 import { DATABASE_URL } from '../helpers/databases.ts';
+import { holdBrokerLock } from '../helpers/broker-lock.ts';
 
 const SCRIPTS = new URL('../../scripts/kafka/', import.meta.url).pathname;
 const run = (script: string): void => void execFileSync('bash', [join(SCRIPTS, script)], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 240_000 });
@@ -27,7 +26,7 @@ let counter = 0;
 let releaseLock = (): void => {};
 
 before(async () => {
-  releaseLock = await holdBrokerLock();
+  releaseLock = await holdBrokerLock('kafka');
   run('up.sh');
   admin = kafka.admin();
   await admin.connect();
@@ -170,36 +169,4 @@ async function withAdmin<T>(fn: (a: Admin) => Promise<T>): Promise<T> {
   }
 }
 
-/**
- * Kafka integration files share the one broker, and some kill it: they run
- * one at a time (a directory lock with the holder's pid; a dead holder's lock
- * is taken over).
- */
-async function holdBrokerLock(): Promise<() => void> {
-  const dir = join(tmpdir(), 'txbox-kafka-tests.lock');
-  for (;;) {
-    try {
-      mkdirSync(dir);
-      writeFileSync(join(dir, 'pid'), String(process.pid));
-      return () => rmSync(dir, { recursive: true, force: true });
-    } catch {
-      let holder = NaN;
-      try {
-        holder = Number(readFileSync(join(dir, 'pid'), 'utf8'));
-      } catch {
-        // being created or removed right now
-      }
-      if (Number.isInteger(holder) && !alive(holder)) rmSync(dir, { recursive: true, force: true });
-      await sleep(500);
-    }
-  }
-}
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}

@@ -9,16 +9,14 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import kafkajs, { Kafka, Partitioners, logLevel, type Admin, type ISocketFactory, type KafkaMessage } from 'kafkajs';
 import type { Logger, OutboxEvent } from 'txbox';
 import { KafkaTransport, parseKafkaMessage } from 'txbox/kafka';
+import { holdBrokerLock } from '../helpers/broker-lock.ts';
 
 const SCRIPTS = new URL('../../scripts/kafka/', import.meta.url).pathname;
 const kafka = new Kafka({ brokers: ['127.0.0.1:9092'], clientId: 'txbox-kafka-test', logLevel: logLevel.NOTHING });
@@ -54,7 +52,7 @@ const signal = (ms = 15_000): AbortSignal => AbortSignal.timeout(ms);
 
 describe('KafkaTransport on the real broker', { timeout: 240_000 }, () => {
   before(async () => {
-    releaseLock = await holdBrokerLock();
+    releaseLock = await holdBrokerLock('kafka');
     execFileSync('bash', [join(SCRIPTS, 'up.sh')], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 240_000 });
     admin = kafka.admin();
     await admin.connect();
@@ -306,36 +304,4 @@ async function readTopic(topic: string): Promise<{ partition: number; message: K
   return out;
 }
 
-/**
- * Kafka integration files share the one broker, and some kill it: they run
- * one at a time (a directory lock with the holder's pid; a dead holder's lock
- * is taken over).
- */
-async function holdBrokerLock(): Promise<() => void> {
-  const dir = join(tmpdir(), 'txbox-kafka-tests.lock');
-  for (;;) {
-    try {
-      mkdirSync(dir);
-      writeFileSync(join(dir, 'pid'), String(process.pid));
-      return () => rmSync(dir, { recursive: true, force: true });
-    } catch {
-      let holder = NaN;
-      try {
-        holder = Number(readFileSync(join(dir, 'pid'), 'utf8'));
-      } catch {
-        // being created or removed right now
-      }
-      if (Number.isInteger(holder) && !alive(holder)) rmSync(dir, { recursive: true, force: true });
-      await sleep(500);
-    }
-  }
-}
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
