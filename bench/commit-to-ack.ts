@@ -9,9 +9,11 @@ import pg from 'pg';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { createRelay, type Transport } from 'txbox';
 import { HttpTransport } from 'txbox/http';
 import { pgConnection, PostgresRelayStore } from 'txbox/postgres';
+import { startRelayWorker, type RelayWorker } from './relay-process.ts';
 import { benchOutbox, DATABASE_URL, NoopTransport, orderEvent, percentile, resetOutbox, settle, type Bench } from './lib.ts';
 
 export interface LatencyOptions {
@@ -27,6 +29,12 @@ export interface LatencyOptions {
   readonly transport: 'noop' | 'http';
   readonly batchSize?: number;
   readonly lanes?: number;
+  /**
+   * HTTP only: run the relay in a child process, as `txbox relay` runs in
+   * production, so that it does not share an event loop with the producers
+   * and the receiver. Both timestamps are still taken in this process.
+   */
+  readonly relayInChild?: boolean;
 }
 
 export interface LatencyResult {
@@ -38,6 +46,10 @@ export interface LatencyResult {
   readonly p99: number;
   readonly max: number;
   readonly mean: number;
+  /** Event-loop delay of this process (producer, relay and receiver share it): p99 and max, ms. */
+  readonly loopDelayP99: number;
+  readonly loopDelayMax: number;
+  readonly batches: number;
 }
 
 /** A receiver answering 204 to every request; `onRequest` gets the `webhook-id` as soon as the request arrives. */
@@ -74,15 +86,34 @@ export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promi
       for (const e of events) ack(e.id);
     });
   }
-  const connection = pgConnection({ connectionString: DATABASE_URL, maxConnections: (o.lanes ?? 2) + 2 });
-  const relay = createRelay({
-    store: new PostgresRelayStore({ schema: bench.schema, connection }),
-    transport,
-    pollIntervalMs: o.pollIntervalMs,
-    ...(o.batchSize === undefined ? {} : { batchSize: o.batchSize }),
-    ...(o.lanes === undefined ? {} : { lanes: o.lanes }),
-  });
-  await relay.start();
+  let relay: { stop(): Promise<unknown> };
+  let batches = 0;
+  if (o.relayInChild && receiver) {
+    const worker: RelayWorker = startRelayWorker({
+      schema: bench.schema,
+      batchSize: o.batchSize ?? 500,
+      lanes: o.lanes ?? 2,
+      deleteOnPublish: false,
+      pollIntervalMs: o.pollIntervalMs,
+      transport: { kind: 'http', url: receiver.url },
+    });
+    await worker.started;
+    relay = { stop: async () => (batches = (await worker.stop()).batches) };
+  } else {
+    const connection = pgConnection({ connectionString: DATABASE_URL, maxConnections: (o.lanes ?? 2) + 2 });
+    const inProcess = createRelay({
+      store: new PostgresRelayStore({ schema: bench.schema, connection }),
+      transport,
+      pollIntervalMs: o.pollIntervalMs,
+      ...(o.batchSize === undefined ? {} : { batchSize: o.batchSize }),
+      ...(o.lanes === undefined ? {} : { lanes: o.lanes }),
+    });
+    inProcess.on('batch', () => batches++);
+    await inProcess.start();
+    relay = { stop: async () => { await inProcess.stop(); await connection.close(); } };
+  }
+  const loop = monitorEventLoopDelay({ resolution: 5 });
+  loop.enable();
   const outbox = benchOutbox(bench, o.notify);
   const clients = await Promise.all(
     Array.from({ length: o.clients }, async () => {
@@ -115,10 +146,10 @@ export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promi
     }),
   );
   const produceMs = performance.now() - started;
+  loop.disable();
   const deadline = performance.now() + 30_000;
   while (ackedAt.size < transactions * perTx && performance.now() < deadline) await sleep(20);
   await relay.stop();
-  await connection.close();
   await Promise.all(clients.map((c) => c.end()));
   if (receiver) await new Promise<void>((resolve) => receiver.server.close(() => resolve()));
   const latencies: number[] = [];
@@ -136,6 +167,9 @@ export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promi
     p99: percentile(latencies, 99),
     max: latencies[latencies.length - 1] ?? Number.NaN,
     mean: latencies.reduce((a, b) => a + b, 0) / Math.max(1, latencies.length),
+    loopDelayP99: loop.percentile(99) / 1e6,
+    loopDelayMax: loop.max / 1e6,
+    batches,
   };
 }
 

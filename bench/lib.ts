@@ -135,8 +135,14 @@ export async function withBench(prefix: string, main: (bench: Bench) => Promise<
   }
 }
 
+/** The benchmarks' outbox. BENCH_NOTIFY_INTERVAL_MS sets the store's `notifyIntervalMs` (default: the store's). */
 export function benchOutbox(bench: Bench, notify: boolean): Outbox {
-  return createOutbox({ store: new PostgresOutboxStore({ schema: bench.schema, notify }), events: [OrderPlaced] });
+  const interval = process.env.BENCH_NOTIFY_INTERVAL_MS;
+  const notifyIntervalMs = interval === undefined || interval === '' ? undefined : Number(interval);
+  return createOutbox({
+    store: new PostgresOutboxStore({ schema: bench.schema, notify, ...(notifyIntervalMs === undefined ? {} : { notifyIntervalMs }) }),
+    events: [OrderPlaced],
+  });
 }
 
 /** Empties the outbox, frees every bucket and forgets relays, so that each run starts alike. */

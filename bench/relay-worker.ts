@@ -87,8 +87,11 @@ class TimedRelayStore implements RelayStore {
     const applied = rows[0]!.applied;
     return { applied, rejected: completions.length - applied };
   }
-  waitForEvents(timeoutMs: number, signal: AbortSignal) {
-    return this.inner.waitForEvents(timeoutMs, signal);
+  waitForEvents(timeoutMs: number, signal: AbortSignal, since?: number) {
+    return this.inner.waitForEvents(timeoutMs, signal, since);
+  }
+  wakeups() {
+    return this.inner.wakeups?.() ?? 0;
   }
   close() {
     return this.inner.close();

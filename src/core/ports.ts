@@ -104,8 +104,13 @@ export interface RelayStore {
   /**
    * Resolves when new events may be waiting (a notification) or after
    * `timeoutMs`, whichever comes first, or at once when `signal` aborts.
+   * `since`: the `wakeups()` count read before the claim that came back
+   * empty; when a notification arrived after it, resolves at once, so a
+   * commit that landed while the claim ran is not left waiting for the poll.
    */
-  waitForEvents(timeoutMs: number, signal: AbortSignal): Promise<void>;
+  waitForEvents(timeoutMs: number, signal: AbortSignal, since?: number): Promise<void>;
+  /** How many notifications this store has received so far (stores without notifications: leave it out). */
+  wakeups?(): number;
   /**
    * Optional: deletes up to `limit` published or skipped rows finished more
    * than `olderThanMs` ago (never pending or parked ones). Returns how many.

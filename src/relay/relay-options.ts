@@ -29,6 +29,13 @@ export interface RelayOptions {
   readonly leaseTtlMs?: number;
   /** Longest wait between claims when idle; LISTEN/NOTIFY wakes the relay sooner. Default: 1000 ms. */
   readonly pollIntervalMs?: number;
+  /**
+   * First wait after a claim comes back empty right after a busy one. While
+   * the outbox stays empty the wait doubles up to `pollIntervalMs`, so a relay
+   * that just published finds the next commits within milliseconds even
+   * without NOTIFY, and an idle relay polls at `pollIntervalMs`. Default: 5 ms.
+   */
+  readonly minPollIntervalMs?: number;
   /** Backoff and attempts before an event is parked. */
   readonly retry?: RetryOptions;
   /** Destinations whose parked events do not hold back later events of the same key. Default: none (a parked event holds its key). */
@@ -68,6 +75,7 @@ export interface ResolvedRelayOptions {
   readonly lanes: number;
   readonly leaseTtlMs: number;
   readonly pollIntervalMs: number;
+  readonly minPollIntervalMs: number;
   readonly retry: ResolvedRetryOptions;
   readonly skipParkedDestinations: readonly string[];
   readonly publishTimeoutMs: number;
@@ -93,6 +101,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
   if (typeof relayId !== 'string' || !/^[\w.:@-]{1,120}$/.test(relayId)) {
     throw new ConfigError('relayId', 'must be 1-120 characters of letters, digits and . _ : @ -');
   }
+  const pollIntervalMs = int('pollIntervalMs', options.pollIntervalMs, 1000, 1, 600_000);
   const leaseTtlMs = int('leaseTtlMs', options.leaseTtlMs, 30_000, 500, 3_600_000);
   const skip = options.skipParkedDestinations ?? [];
   if (!Array.isArray(skip) || skip.some((d) => typeof d !== 'string')) {
@@ -105,7 +114,8 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     batchSize: int('batchSize', options.batchSize, 500, 1, 10_000),
     lanes: int('lanes', options.lanes, 2, 1, 64),
     leaseTtlMs,
-    pollIntervalMs: int('pollIntervalMs', options.pollIntervalMs, 1000, 1, 600_000),
+    pollIntervalMs,
+    minPollIntervalMs: Math.min(pollIntervalMs, int('minPollIntervalMs', options.minPollIntervalMs, 5, 1, 600_000)),
     retry: resolveRetryOptions(options.retry),
     skipParkedDestinations: Object.freeze([...skip]),
     publishTimeoutMs: int('publishTimeoutMs', options.publishTimeoutMs, 30_000, 1, 3_600_000),

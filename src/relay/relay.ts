@@ -175,9 +175,11 @@ export class Relay extends TypedEmitter<RelayEvents> {
   }
 
   async #laneLoop(lane: number): Promise<void> {
-    const { store, batchSize, lanes, pollIntervalMs, skipParkedDestinations } = this.options;
+    const { store, batchSize, lanes, pollIntervalMs, minPollIntervalMs, skipParkedDestinations } = this.options;
     const signal = this.#stopClaiming.signal;
     let failures = 0;
+    // Empty claims since the last busy one: the wait doubles from minPollIntervalMs up to pollIntervalMs.
+    let idle = 0;
     while (!signal.aborted) {
       const leases = this.#leases.leasesFor(lane, lanes);
       if (leases.length === 0) {
@@ -185,6 +187,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
         continue;
       }
       let events;
+      const seen = store.wakeups?.();
       try {
         events = await store.claim(leases, { limit: batchSize, skipParkedDestinations });
         failures = 0;
@@ -194,9 +197,13 @@ export class Relay extends TypedEmitter<RelayEvents> {
         continue;
       }
       if (events.length === 0) {
-        await store.waitForEvents(pollIntervalMs, signal);
+        await store.waitForEvents(Math.min(pollIntervalMs, minPollIntervalMs * 2 ** Math.min(idle++, 30)), signal, seen);
+        // A notification means producers are committing, and not every commit notifies
+        // (the outbox store's notifyIntervalMs): poll quickly again.
+        if (store.wakeups?.() !== seen) idle = 0;
         continue;
       }
+      idle = 0;
       const tokens = new Map(leases.map((l) => [l.bucket, l.token]));
       const buckets = new Set(events.map((e) => e.bucket));
       const started = performance.now();

@@ -146,3 +146,33 @@ it('a failed unit-of-work flush keeps the events for a retry', async () => {
   await assert.rejects(uow.flush(broken), /connection lost/);
   assert.equal(order.events.size, 1);
 });
+
+it('pg client: single and multi-event inserts run as named prepared statements, one per table and shape; prepare: false sends plain text', async () => {
+  const other = await openDb('postgres');
+  const client = new pg.Client({ connectionString: DATABASE_URL });
+  await client.connect();
+  try {
+    const otherOutbox = createOutbox({ store: new PostgresOutboxStore({ schema: other.schema }), events: [ContactCreated] });
+    const plain = createOutbox({ store: new PostgresOutboxStore({ schema: db.schema, prepare: false }), events: [ContactCreated] });
+    const ev = (id: string) => ContactCreated({ aggregateId: id, payload: { email: `${id}@b.c` } });
+    await client.query('BEGIN');
+    await outbox.enqueue(fromPg(client), ev('prep-1'));
+    await outbox.enqueue(fromPg(client), [ev('prep-2'), ev('prep-3')]);
+    await otherOutbox.enqueue(fromPg(client), ev('prep-4'));
+    await plain.enqueue(fromPg(client), ev('prep-5'));
+    await outbox.enqueue(fromPg(client), ev('prep-6'));
+    await client.query('COMMIT');
+    const { rows } = await client.query<{ name: string }>(`SELECT name FROM pg_prepared_statements WHERE name LIKE 'txbox\_%' ORDER BY name`);
+    // This store's single and multi shapes, the other table's single shape; `prepare: false` adds none.
+    assert.equal(rows.length, 3);
+    const stored = await db.query<{ aggregate_id: string; payload: { email: string }; version: string | null }>(
+      `SELECT aggregate_id, payload, version FROM "${db.schema}".outbox WHERE aggregate_id LIKE 'prep-%' ORDER BY seq`,
+    );
+    assert.deepEqual(stored.map((r) => r.aggregate_id), ['prep-1', 'prep-2', 'prep-3', 'prep-5', 'prep-6']);
+    assert.deepEqual(stored[0]!.payload, { email: 'prep-1@b.c' });
+    assert.equal((await other.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${other.schema}".outbox`))[0]!.n, 1);
+  } finally {
+    await client.end();
+    await other.close();
+  }
+});

@@ -1,9 +1,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createOutbox, createRelay, defineEvent, payloadType, TransportError, type Outbox } from 'txbox';
-import { PostgresOutboxStore, PostgresRelayStore } from 'txbox/postgres';
+import { pgConnection, PostgresOutboxStore, PostgresRelayStore } from 'txbox/postgres';
 import { RecordingTransport, checkDeliveries } from 'txbox/testing';
-import { BACKENDS, openDb, type TestDb } from '../helpers/databases.ts';
+import { BACKENDS, DATABASE_URL, openDb, type TestDb } from '../helpers/databases.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const OrderCreated = defineEvent({
@@ -214,6 +214,61 @@ for (const kind of BACKENDS) {
                 (SELECT count(*) FROM "${db.schema}".outbox_buckets WHERE owner IS NOT NULL)::int AS owned`,
       );
       assert.deepEqual(row, { published: sent, pending: 10 - sent, owned: 0 }, 'acked work is marked, the rest stays pending');
+    });
+
+    it('a notification that lands while a lane claims wakes that lane at once, not at the next poll', async () => {
+      await db.query(`TRUNCATE "${db.schema}".outbox`);
+      const outbox = setup(db);
+      const store = new PostgresRelayStore({ schema: db.schema, connection: db.connection });
+      const signal = new AbortController().signal;
+      await store.waitForEvents(1, signal); // starts LISTEN
+      const seen = store.wakeups();
+      // The claim that read `seen` runs here and finds nothing; then a producer commits and notifies.
+      await produce(db, outbox, 1, 1);
+      await waitFor('the notification', () => store.wakeups() > seen);
+      const started = Date.now();
+      await store.waitForEvents(60_000, signal, seen);
+      assert.ok(Date.now() - started < 5_000, 'returned without waiting for the poll interval');
+    });
+
+    it('with polling effectively off, notifications alone deliver every event, also with commits landing while lanes claim', async () => {
+      await db.query(`TRUNCATE "${db.schema}".outbox`);
+      const outbox = setup(db);
+      const transport = new RecordingTransport();
+      // A claim that takes a while after its snapshot, as on a loaded database: commits land inside it.
+      class SlowClaims extends PostgresRelayStore {
+        override async claim(...args: Parameters<PostgresRelayStore['claim']>) {
+          const events = await super.claim(...args);
+          await new Promise((r) => setTimeout(r, 40));
+          return events;
+        }
+      }
+      // On PostgreSQL the relay gets its own pool, so that its claims never queue behind the producer's transactions.
+      const connection = kind === 'postgres' ? pgConnection({ connectionString: DATABASE_URL, maxConnections: 4 }) : db.connection;
+      const relay = createRelay({
+        store: new SlowClaims({ schema: db.schema, connection }),
+        transport,
+        lanes: 2,
+        pollIntervalMs: 600_000,
+        minPollIntervalMs: 600_000,
+      });
+      await relay.start();
+      try {
+        // Keys of the even lane (a) and of the odd lane (b): buckets go to lanes by bucket % lanes.
+        const lane = async (id: string) => (await db.query<{ b: number }>(`SELECT (hashtext($1) & 255) % 2 AS b`, [`Order:${id}`]))[0]!.b;
+        const ids = { a: [] as string[], b: [] as string[] };
+        for (let i = 0; ids.a.length < 8 || ids.b.length < 8; i++) ((await lane(`k${i}`)) === 0 ? ids.a : ids.b).push(`k${i}`);
+        // Pairs: the first commit wakes both lanes; the second lands in the other lane while both are inside their claims.
+        for (let i = 0; i < 8; i++) {
+          await db.transaction((tx) => outbox.enqueue(tx, OrderCreated({ aggregateId: ids.a[i]!, payload: { n: i } })));
+          await new Promise((r) => setTimeout(r, 10));
+          await db.transaction((tx) => outbox.enqueue(tx, OrderCreated({ aggregateId: ids.b[i]!, payload: { n: i } })));
+          await new Promise((r) => setTimeout(r, 150));
+        }
+        await waitFor('all 16 events published by notification', () => transport.acked.length >= 16, 10_000);
+      } finally {
+        await relay.stop();
+      }
     });
   });
 }

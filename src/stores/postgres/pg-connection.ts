@@ -39,7 +39,8 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
   const listeners = new Set<pg.Client>();
 
   return {
-    query: async <R>(text: string, params?: unknown[]) => (await pool.query(text, params)) as unknown as { rows: R[] },
+    query: async <R>(text: string, params?: unknown[], name?: string) =>
+      (await (name === undefined ? pool.query(text, params) : pool.query({ name, text, values: params ?? [] }))) as unknown as { rows: R[] },
     async transaction(fn) {
       const client = await pool.connect();
       try {

@@ -7,7 +7,12 @@ import type { SqlExecutor } from '../../core/ports.ts';
  * a PGlite instance.
  */
 export interface PostgresConnection extends SqlExecutor {
-  query<R = Record<string, unknown>>(text: string, params?: unknown[]): Promise<{ rows: R[] }>;
+  /**
+   * `name`: run as a named prepared statement, parsed and planned once per
+   * connection, where the driver has them (node-postgres); others ignore it.
+   * Only for fixed statement texts: each name is kept by every connection.
+   */
+  query<R = Record<string, unknown>>(text: string, params?: unknown[], name?: string): Promise<{ rows: R[] }>;
   /** Runs `fn` in a transaction on one connection; commits when it resolves, rolls back when it throws. */
   transaction<T>(fn: (tx: SqlExecutor) => Promise<T>): Promise<T>;
   /** Calls `onNotify` for each notification on `channel`; resolves with a function that stops listening. */

@@ -52,10 +52,20 @@ function bootstrapSql(names: PostgresNames): string[] {
 
 /** Splits a migration file into statements (our files keep `;` only at line ends). */
 export function splitStatements(sql: string): string[] {
-  return sql
-    .split(/;\s*$/m)
-    .map((s) => s.replace(/^\s*--.*$/gm, '').trim())
-    .filter((s) => s.length > 0);
+  const out: string[] = [];
+  let current: string[] = [];
+  let dollarTag: string | undefined; // inside a $tag$ ... $tag$ body (function bodies hold `;` of their own)
+  for (const line of sql.split('\n')) {
+    if (dollarTag === undefined && /^\s*--/.test(line)) continue;
+    current.push(line);
+    for (const m of line.matchAll(/\$[A-Za-z_]*\$/g)) dollarTag = dollarTag === undefined ? m[0] : dollarTag === m[0] ? undefined : dollarTag;
+    if (dollarTag === undefined && /;\s*$/.test(line)) {
+      out.push(current.join('\n').replace(/;\s*$/, '').trim());
+      current = [];
+    }
+  }
+  out.push(current.join('\n').trim());
+  return out.filter((s) => s.length > 0);
 }
 
 /**

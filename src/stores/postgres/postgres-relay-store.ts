@@ -10,6 +10,7 @@ import {
   leaveSql,
   postgresNames,
   releaseSql,
+  statementName,
   type PostgresNames,
   type PostgresNamesOptions,
 } from './postgres-sql.ts';
@@ -67,10 +68,11 @@ export class PostgresRelayStore implements RelayStore {
   readonly names: PostgresNames;
   readonly #db: PostgresConnection;
   readonly #sql: { heartbeat: string; lease: string; release: string; leave: string; claim: string; complete: string };
+  readonly #names: { claim: string; complete: string };
   readonly #waiters = new Set<() => void>();
   #unlisten: (() => Promise<void>) | undefined;
   #listening: Promise<void> | undefined;
-  #notified = false;
+  #wakeups = 0;
 
   constructor(options: PostgresRelayStoreOptions) {
     this.names = postgresNames(options);
@@ -83,6 +85,8 @@ export class PostgresRelayStore implements RelayStore {
       claim: claimSql(this.names),
       complete: completeSql(this.names, options.deleteOnPublish ?? false),
     };
+    // The two statements of every batch run as prepared statements: no parse and plan per batch.
+    this.#names = { claim: statementName(this.#sql.claim), complete: statementName(this.#sql.complete) };
   }
 
   async heartbeat(relay: RelayHeartbeat, ttlMs: number) {
@@ -124,7 +128,7 @@ export class PostgresRelayStore implements RelayStore {
       leases.map((l) => l.bucket),
       options.limit,
       options.skipParkedDestinations,
-    ]);
+    ], this.#names.claim);
     return rows.map(rowToEvent);
   }
 
@@ -144,7 +148,7 @@ export class PostgresRelayStore implements RelayStore {
       errors.push(c.outcome === 'published' ? null : c.error.slice(0, 2000));
       routes.push(c.outcome === 'published' ? '' : (c.routesAcked ?? []).join(','));
     }
-    const { rows } = await this.#db.query<{ applied: number }>(this.#sql.complete, [relayId, seqs, tokens, outcomes, delays, errors, routes]);
+    const { rows } = await this.#db.query<{ applied: number }>(this.#sql.complete, [relayId, seqs, tokens, outcomes, delays, errors, routes], this.#names.complete);
     const applied = rows[0]!.applied;
     return { applied, rejected: completions.length - applied };
   }
@@ -153,10 +157,14 @@ export class PostgresRelayStore implements RelayStore {
     return pruneOnce(this.#db, this.names, olderThanMs, limit);
   }
 
-  async waitForEvents(timeoutMs: number, signal: AbortSignal): Promise<void> {
+  wakeups(): number {
+    return this.#wakeups;
+  }
+
+  async waitForEvents(timeoutMs: number, signal: AbortSignal, since?: number): Promise<void> {
     this.#listening ??= this.#db
       .listen(this.names.channel, () => {
-        if (this.#waiters.size === 0) this.#notified = true;
+        this.#wakeups++;
         for (const wake of this.#waiters) wake();
       })
       .then((unlisten) => {
@@ -167,10 +175,7 @@ export class PostgresRelayStore implements RelayStore {
     } catch {
       this.#listening = undefined; // LISTEN unavailable now: fall back to polling, retry next time
     }
-    if (this.#notified) {
-      this.#notified = false;
-      return;
-    }
+    if (since !== undefined && this.#wakeups !== since) return;
     if (signal.aborted) return;
     await new Promise<void>((resolve) => {
       const done = (): void => {
@@ -184,6 +189,7 @@ export class PostgresRelayStore implements RelayStore {
       this.#waiters.add(done);
     });
   }
+
 
   async close(): Promise<void> {
     for (const wake of this.#waiters) wake();

@@ -3,6 +3,7 @@
  * function each, as reviewable text. Names are validated and quoted by
  * `postgresNames` before they reach any statement.
  */
+import { createHash } from 'node:crypto';
 import { checkIdentifier, MAX_TABLE_NAME_LENGTH, quoteIdent } from '../../core/identifiers.ts';
 
 export interface PostgresNamesOptions {
@@ -49,18 +50,34 @@ export function postgresNames(options: PostgresNamesOptions = {}, field = ''): P
   });
 }
 
+/** A prepared-statement name derived from the statement text: two stores on different tables never share one. */
+export function statementName(text: string): string {
+  return `txbox_${createHash('sha1').update(text).digest('hex').slice(0, 20)}`;
+}
+
 const EVENT_COLUMNS = `o.seq, o.id, o.type, o.aggregate_type, o.aggregate_id, o.key, o.bucket, o.destination,
   o.payload, o.headers, o.occurred_at, o.version, o.attempts, o.routes_done`;
 
 export { EVENT_COLUMNS };
 
-/** $1: JSON array of events. One statement; with `notify`, one notification per statement (deduplicated per transaction). */
-export function insertEventsSql(n: PostgresNames, notify: boolean, ignoreDuplicates = false): string {
-  const insert = `INSERT INTO ${n.outbox} (id, type, aggregate_type, aggregate_id, key, destination, payload, headers, occurred_at, version)
-  SELECT (e->>'id')::uuid, e->>'type', e->>'aggregateType', e->>'aggregateId', e->>'key', e->>'destination',
+const INSERT_COLUMNS = 'id, type, aggregate_type, aggregate_id, key, destination, payload, headers, occurred_at, version';
+
+/**
+ * The insert of one enqueue call. `single`: one event as ten parameters
+ * ($1 id ... $10 version) in a plain VALUES row, the cheapest shape for the
+ * common one-event transaction; otherwise $1 is a JSON array of events,
+ * inserted in array order. With `notify`, one notification per statement
+ * (PostgreSQL deduplicates it per transaction).
+ */
+export function insertEventsSql(n: PostgresNames, notify: boolean, ignoreDuplicates = false, single = false): string {
+  const source = single
+    ? `VALUES ($1::uuid, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9::timestamptz, $10::bigint)`
+    : `SELECT (e->>'id')::uuid, e->>'type', e->>'aggregateType', e->>'aggregateId', e->>'key', e->>'destination',
          e->'payload', e->'headers', (e->>'occurredAt')::timestamptz, (e->>'version')::bigint
   FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS x(e, n)
-  ORDER BY n${ignoreDuplicates ? '\n  ON CONFLICT (id) WHERE replay_id IS NULL DO NOTHING' : ''}`;
+  ORDER BY n`;
+  const insert = `INSERT INTO ${n.outbox} (${INSERT_COLUMNS})
+  ${source}${ignoreDuplicates ? '\n  ON CONFLICT (id) WHERE replay_id IS NULL DO NOTHING' : ''}`;
   if (!notify) return insert;
   return `WITH ins AS (${insert} RETURNING 1)
 , notified AS (SELECT pg_notify('${n.channel}', '') FROM (SELECT 1 FROM ins LIMIT 1) AS any_row)
