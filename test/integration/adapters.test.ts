@@ -152,8 +152,10 @@ it('pg client: single and multi-event inserts run as named prepared statements, 
   const client = new pg.Client({ connectionString: DATABASE_URL });
   await client.connect();
   try {
-    const otherOutbox = createOutbox({ store: new PostgresOutboxStore({ schema: other.schema }), events: [ContactCreated] });
-    const plain = createOutbox({ store: new PostgresOutboxStore({ schema: db.schema, prepare: false }), events: [ContactCreated] });
+    // notify: false keeps one statement per shape (with NOTIFY on, a notifying twin of each shape is prepared as well).
+    const outbox = createOutbox({ store: new PostgresOutboxStore({ schema: db.schema, notify: false }), events: [ContactCreated] });
+    const otherOutbox = createOutbox({ store: new PostgresOutboxStore({ schema: other.schema, notify: false }), events: [ContactCreated] });
+    const plain = createOutbox({ store: new PostgresOutboxStore({ schema: db.schema, notify: false, prepare: false }), events: [ContactCreated] });
     const ev = (id: string) => ContactCreated({ aggregateId: id, payload: { email: `${id}@b.c` } });
     await client.query('BEGIN');
     await outbox.enqueue(fromPg(client), ev('prep-1'));
@@ -174,5 +176,56 @@ it('pg client: single and multi-event inserts run as named prepared statements, 
   } finally {
     await client.end();
     await other.close();
+  }
+});
+
+it('applyVersioned on a pg client runs as one prepared statement per table and column set; prepare: false sends plain text', async () => {
+  const { applyVersioned } = await import('txbox/postgres');
+  const client = new pg.Client({ connectionString: DATABASE_URL });
+  await client.connect();
+  try {
+    await client.query(`CREATE TABLE "${db.schema}".stock_view (sku text PRIMARY KEY, quantity int NOT NULL, version bigint NOT NULL)`);
+    const upsert = (version: number, prepare?: boolean) =>
+      applyVersioned(client, { table: `${db.schema}.stock_view`, id: { sku: 'A' }, version, values: { quantity: version * 10 }, ...(prepare === undefined ? {} : { prepare }) });
+    assert.equal((await upsert(1)).status, 'applied');
+    assert.equal((await upsert(2)).status, 'applied');
+    assert.equal((await upsert(2)).status, 'stale');
+    const prepared = async () => (await client.query(`SELECT count(*)::int AS n FROM pg_prepared_statements WHERE name LIKE 'txbox\\_%'`)).rows[0].n as number;
+    assert.equal(await prepared(), 1);
+    assert.equal((await upsert(3, false)).status, 'applied');
+    assert.equal(await prepared(), 1);
+    assert.deepEqual((await client.query(`SELECT quantity, version::int FROM "${db.schema}".stock_view`)).rows, [{ quantity: 30, version: 3 }]);
+  } finally {
+    await client.end();
+  }
+});
+
+it('notifyIntervalMs: 0 notifies with every enqueue, a long interval once per interval; a bad value names the setting', async () => {
+  const listener = new pg.Client({ connectionString: DATABASE_URL });
+  await listener.connect();
+  const store0 = new PostgresOutboxStore({ schema: db.schema, notifyIntervalMs: 0 });
+  let notifications = 0;
+  listener.on('notification', () => notifications++);
+  await listener.query(`LISTEN "${store0.names.channel}"`);
+  const client = await pool.connect();
+  try {
+    const run = async (store: PostgresOutboxStore, n: number) => {
+      const ob = createOutbox({ store, events: [ContactCreated] });
+      for (let i = 0; i < n; i++) {
+        await client.query('BEGIN');
+        await ob.enqueue(fromPg(client), ContactCreated({ aggregateId: `n-${i}`, payload: { email: 'n@b.c' } }));
+        await client.query('COMMIT');
+      }
+      await new Promise((r) => setTimeout(r, 200)); // let the notifications arrive
+    };
+    await run(store0, 10);
+    assert.equal(notifications, 10);
+    notifications = 0;
+    await run(new PostgresOutboxStore({ schema: db.schema, notifyIntervalMs: 60_000 }), 10);
+    assert.equal(notifications, 1);
+    assert.throws(() => new PostgresOutboxStore({ schema: db.schema, notifyIntervalMs: -1 }), /notifyIntervalMs/);
+  } finally {
+    client.release();
+    await listener.end();
   }
 });

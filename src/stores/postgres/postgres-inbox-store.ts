@@ -3,6 +3,7 @@ import { InboxBatchError, type InboxStore } from '../../core/inbox-ports.ts';
 import type { SqlExecutor } from '../../core/ports.ts';
 import type { PostgresConnection } from './postgres-connection.ts';
 import { postgresNames, type PostgresNames } from './postgres-sql.ts';
+import { queryPrepared, statementName } from './prepared.ts';
 
 export interface PostgresInboxStoreOptions {
   /** The database handle the inbox runs its transactions on (the consumer service's database). */
@@ -11,6 +12,11 @@ export interface PostgresInboxStoreOptions {
   readonly schema?: string;
   /** Default: `inbox`. */
   readonly table?: string;
+  /**
+   * Run the per-batch claim as a named prepared statement on node-postgres
+   * connections (see `PostgresOutboxStore`'s `prepare`). Default: true.
+   */
+  readonly prepare?: boolean;
 }
 
 /** Names of an inbox table (same rules as the outbox's). */
@@ -30,6 +36,8 @@ export class PostgresInboxStore implements InboxStore {
   readonly names: PostgresNames;
   readonly #db: PostgresConnection;
   readonly #sql: { claim: string; fail: string; hold: string; held: string; retries: string };
+  readonly #claimName: string;
+  readonly #prepare: boolean;
 
   constructor(options: PostgresInboxStoreOptions) {
     this.names = inboxNames(options);
@@ -66,6 +74,8 @@ export class PostgresInboxStore implements InboxStore {
       held: `SELECT envelope FROM ${t} WHERE consumer = $1 AND key = $2 AND status = 'held' ORDER BY version NULLS LAST, received_at LIMIT $3`,
       retries: `SELECT envelope FROM ${t} WHERE consumer = $1 AND status = 'retry' ORDER BY key, version NULLS LAST, received_at LIMIT $2`,
     };
+    this.#claimName = statementName(this.#sql.claim);
+    this.#prepare = options.prepare ?? true;
   }
 
   runBatch(consumer: string, events: readonly OutboxEvent[], handler: (tx: SqlExecutor, event: OutboxEvent) => Promise<void>) {
@@ -78,7 +88,7 @@ export class PostgresInboxStore implements InboxStore {
       input.push({ n, id: e.id, type: e.type, key: e.key, version: e.version });
     }
     return this.#db.transaction(async (tx) => {
-      const { rows } = (await tx.query(this.#sql.claim, [consumer, JSON.stringify(input)])) as { rows: { id: string; key: string; has_held: boolean }[] };
+      const { rows } = (await queryPrepared(tx, this.#sql.claim, [consumer, JSON.stringify(input)], this.#prepare, this.#claimName)) as { rows: { id: string; key: string; has_held: boolean }[] };
       const claimed = new Set(rows.map((r) => r.id));
       const heldKeys = [...new Set(rows.filter((r) => r.has_held).map((r) => r.key))];
       const ran = events.map(() => false);

@@ -1,6 +1,7 @@
 import { ConfigError } from '../../core/errors.ts';
 import type { OutboxStore, PreparedEvent, SqlExecutor } from '../../core/ports.ts';
-import { insertEventsSql, statementName, postgresNames, type PostgresNames, type PostgresNamesOptions } from './postgres-sql.ts';
+import { queryPrepared, statementName } from './prepared.ts';
+import { insertEventsSql, postgresNames, type PostgresNames, type PostgresNamesOptions } from './postgres-sql.ts';
 
 export interface PostgresOutboxStoreOptions extends PostgresNamesOptions {
   /**
@@ -82,22 +83,13 @@ export class PostgresOutboxStore implements OutboxStore {
       }
     }
     const [stmt, params] = events.length === 1 ? [shapes[0], eventParams(events[0]!)] : [shapes[1], [eventsJson(events)]];
-    if (this.#prepare && isNodePostgresClient(executor)) await executor.query({ name: stmt.name, text: stmt.text, values: params });
-    else await executor.query(stmt.text, params);
+    await queryPrepared(executor, stmt.text, params, this.#prepare, stmt.name);
   }
 }
 
 /** A statement with a name derived from its text, so that two stores with different tables never share a prepared name. */
 function statement(text: string): Statement {
   return { name: statementName(text), text };
-}
-
-type NodePostgresClient = SqlExecutor & { query(config: { name: string; text: string; values: unknown[] }): Promise<{ rows: unknown[] }> };
-
-/** node-postgres `Client` and `PoolClient` (also under pg-pool) take a query config with a statement name. */
-function isNodePostgresClient(executor: SqlExecutor): executor is NodePostgresClient {
-  const x = executor as unknown as Record<string, unknown>;
-  return typeof x.connection === 'object' && x.connection !== null && 'processID' in x && 'secretKey' in x;
 }
 
 function eventParams(e: PreparedEvent): unknown[] {

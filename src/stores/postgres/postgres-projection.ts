@@ -2,6 +2,7 @@ import { HoldEvent } from '../../inbox/inbox.ts';
 import { ConfigError } from '../../core/errors.ts';
 import { checkIdentifier, quoteIdent } from '../../core/identifiers.ts';
 import type { SqlExecutor } from '../../core/ports.ts';
+import { queryPrepared } from './prepared.ts';
 
 export interface VersionedUpsert {
   /** The read-model table, optionally schema-qualified (`app.stock_view`). Names are validated and quoted. */
@@ -21,6 +22,13 @@ export interface VersionedUpsert {
    * back: let it propagate out of the inbox handler).
    */
   readonly onGap?: 'apply' | 'hold';
+  /**
+   * Run the upsert as a named prepared statement when `tx` is a node-postgres
+   * client: one per table and column set, parsed and planned once per
+   * connection. Turn off behind a pooler that cannot keep prepared statements.
+   * Default: true.
+   */
+  readonly prepare?: boolean;
 }
 
 export type VersionedResult =
@@ -67,7 +75,8 @@ export async function applyVersioned(tx: SqlExecutor, u: VersionedUpsert): Promi
   // One round trip: lock and read the stored version, then write only if newer
   // (and, when holding gaps, only if it is the very next version). A held gap on
   // a new row is inserted here and undone by the rollback that HoldEvent causes.
-  const { rows } = await tx.query(
+  const { rows } = await queryPrepared(
+    tx,
     `WITH prev AS (SELECT ${vcol} AS v FROM ${table} WHERE ${where} FOR UPDATE),
      up AS (
        INSERT INTO ${table} AS t (${insertCols}) VALUES (${selectValues})
@@ -77,6 +86,7 @@ export async function applyVersioned(tx: SqlExecutor, u: VersionedUpsert): Promi
      )
      SELECT (SELECT v FROM prev)::text AS stored, (SELECT count(*) FROM up)::int AS written`,
     params,
+    u.prepare ?? true,
   );
   const row = rows[0] as { stored: string | null; written: number };
   const stored = row.stored === null ? null : Number(row.stored);

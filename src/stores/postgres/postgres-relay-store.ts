@@ -2,6 +2,7 @@ import type { StoredEvent } from '../../core/envelope.ts';
 import type { BucketLease, ClaimOptions, Completion, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
 import { pruneOnce } from './postgres-admin.ts';
 import type { PostgresConnection } from './postgres-connection.ts';
+import { statementName } from './prepared.ts';
 import {
   claimSql,
   completeSql,
@@ -10,7 +11,6 @@ import {
   leaveSql,
   postgresNames,
   releaseSql,
-  statementName,
   type PostgresNames,
   type PostgresNamesOptions,
 } from './postgres-sql.ts';

@@ -3,7 +3,6 @@
  * function each, as reviewable text. Names are validated and quoted by
  * `postgresNames` before they reach any statement.
  */
-import { createHash } from 'node:crypto';
 import { checkIdentifier, MAX_TABLE_NAME_LENGTH, quoteIdent } from '../../core/identifiers.ts';
 
 export interface PostgresNamesOptions {
@@ -48,11 +47,6 @@ export function postgresNames(options: PostgresNamesOptions = {}, field = ''): P
     channel: long.length <= 63 ? long : `txbox_${table}`,
     suffixed: (suffix: string) => quoteIdent(checkIdentifier('migration suffix', table + suffix)),
   });
-}
-
-/** A prepared-statement name derived from the statement text: two stores on different tables never share one. */
-export function statementName(text: string): string {
-  return `txbox_${createHash('sha1').update(text).digest('hex').slice(0, 20)}`;
 }
 
 const EVENT_COLUMNS = `o.seq, o.id, o.type, o.aggregate_type, o.aggregate_id, o.key, o.bucket, o.destination,
