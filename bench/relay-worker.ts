@@ -100,7 +100,7 @@ class TimedRelayStore implements RelayStore {
 
 function makeTransport(config: RelayWorkerConfig): Transport {
   if (config.transport.kind === 'noop') return new NoopTransport();
-  return new HttpTransport({ endpoints: { orders: config.transport.url }, timeoutMs: 10_000 });
+  return new HttpTransport({ endpoints: { orders: config.transport.url }, timeoutMs: 10_000, ...(process.env.BENCH_HTTP_MAX_SOCKETS ? { maxSockets: Number(process.env.BENCH_HTTP_MAX_SOCKETS) } : {}) });
 }
 
 function send(message: RelayWorkerMessage): void {

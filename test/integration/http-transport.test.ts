@@ -221,6 +221,28 @@ describe('HttpTransport', () => {
     assert.ok(elapsed >= 290 && elapsed < 1000, `took ${elapsed} ms`);
   });
 
+  it('keeps at most maxSockets requests of a call in flight, and times out the ones never sent', async () => {
+    let inFlight = 0;
+    let most = 0;
+    const { transport } = await setup((_req, res) => {
+      most = Math.max(most, ++inFlight);
+      setTimeout(() => {
+        inFlight--;
+        res.writeHead(204).end();
+      }, 20);
+    }, { maxSockets: 3 });
+    const outcomes = await transport.publish(Array.from({ length: 30 }, () => event()), never);
+    assert.ok(outcomes.every((o) => o.ok));
+    assert.equal(most, 3);
+
+    // A server that never answers: 2 requests sent, 4 never started; all 6 time out as retriable.
+    const stuck = await setup(() => {}, { maxSockets: 2, timeoutMs: 300 });
+    const timedOut = await stuck.transport.publish(Array.from({ length: 6 }, () => event()), never);
+    assert.equal(timedOut.length, 6);
+    for (const o of timedOut) assert.equal(failure(o).kind, 'retriable');
+    assert.equal(stuck.server.hits.length, 2, 'only maxSockets requests were sent');
+  });
+
   it('reports a refused connection as retriable', async () => {
     const srv = await testServer(() => {});
     await srv.close(); // the port is now free and refuses connections

@@ -1,8 +1,9 @@
 /**
- * One `publish()` call of the HTTP transport: every event is POSTed at once,
- * one timer bounds the whole call (all requests start together), one abort
- * listener cancels what is still waiting, and the call resolves when every
- * event has an outcome.
+ * One `publish()` call of the HTTP transport: events are POSTed concurrently,
+ * at most `maxSockets` requests of the call at a time (a request object and
+ * its body exist only while it is sent, which bounds memory on large
+ * batches); one timer bounds the whole call, one abort listener cancels what
+ * is still waiting, and the call resolves when every event has an outcome.
  */
 import { request as httpRequest, type Agent as HttpAgent, type ClientRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest, type Agent as HttpsAgent } from 'node:https';
@@ -44,6 +45,11 @@ export class PublishCall {
   readonly #outcomes: (PublishOutcome | undefined)[];
   readonly #attempts: (Attempt | null)[];
   #pending: number;
+  /** The next event to send, and how many sent ones still wait for an outcome. */
+  #next = 0;
+  #active = 0;
+  #pumping = false;
+  #timestamp = '';
   #timer: NodeJS.Timeout | undefined;
   #resolve: ((outcomes: PublishOutcome[]) => void) | undefined;
   readonly #onAbort = (): void => this.#cancelAll(abortedFailure);
@@ -68,9 +74,20 @@ export class PublishCall {
       }
       this.#timer = setTimeout(this.#onTimeout, this.#ctx.options.timeoutMs);
       this.#signal.addEventListener('abort', this.#onAbort, { once: true });
-      const timestamp = String(Math.floor(Date.now() / 1000));
-      for (let i = 0; i < this.#events.length; i++) this.#begin(i, timestamp);
+      this.#timestamp = String(Math.floor(Date.now() / 1000));
+      this.#pump();
     });
+  }
+
+  /** Starts requests until `maxSockets` of this call are in flight or none are left. */
+  #pump(): void {
+    if (this.#pumping) return; // a request that settled while being started: the running loop goes on
+    this.#pumping = true;
+    while (this.#next < this.#events.length && this.#active < this.#ctx.options.maxSockets) {
+      this.#active++;
+      this.#begin(this.#next++, this.#timestamp);
+    }
+    this.#pumping = false;
   }
 
   #begin(index: number, timestamp: string): void {
@@ -161,7 +178,10 @@ export class PublishCall {
 
   /** Timeout or abort: every event still waiting gets an outcome now and its request is destroyed. */
   #cancelAll(failure: (endpoint: string) => PublishOutcome): void {
-    for (let i = 0; i < this.#attempts.length; i++) {
+    const unsent = this.#next;
+    for (let i = unsent; i < this.#events.length; i++) this.#settle(i, failure(this.#endpointName(i)));
+    this.#next = this.#events.length; // nothing more is started
+    for (let i = 0; i < unsent; i++) {
       const a = this.#attempts[i];
       if (a === null || a === undefined || this.#outcomes[i] !== undefined) continue;
       // A 2xx status line is the ack even if the body was still coming.
@@ -174,7 +194,11 @@ export class PublishCall {
     if (this.#outcomes[index] !== undefined) return;
     this.#outcomes[index] = outcome;
     this.#attempts[index] = null;
-    if (--this.#pending === 0) this.#finish();
+    if (--this.#pending === 0) return this.#finish();
+    if (index < this.#next) {
+      this.#active--;
+      this.#pump();
+    }
   }
 
   #finish(): void {
