@@ -10,6 +10,9 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { fork, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import type { ReceiverMessage } from './receiver-process.ts';
 import { createRelay, type Transport } from 'txbox';
 import { HttpTransport } from 'txbox/http';
 import { pgConnection, PostgresRelayStore } from 'txbox/postgres';
@@ -35,6 +38,12 @@ export interface LatencyOptions {
    * and the receiver. Both timestamps are still taken in this process.
    */
   readonly relayInChild?: boolean;
+  /**
+   * HTTP only: run the receiver in a process of its own, as the downstream
+   * service would be, so that the producers' event loop does not delay it.
+   * Timestamps are then wall-clock (`performance.timeOrigin + performance.now()`) in both processes.
+   */
+  readonly receiverInChild?: boolean;
 }
 
 export interface LatencyResult {
@@ -68,18 +77,40 @@ async function startReceiver(onRequest: (id: string) => void): Promise<{ url: st
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks/orders`, server };
 }
 
+const RECEIVER = fileURLToPath(new URL('./receiver-process.ts', import.meta.url));
+
+/** bench/receiver-process.ts in a child process; resolves once it listens. */
+async function startReceiverProcess(): Promise<{ url: string; server: null; child: ChildProcess }> {
+  const child = fork(RECEIVER, [], { execArgv: ['--conditions=development', '--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const url = await new Promise<string>((resolve, reject) => {
+    child.once('message', (m: ReceiverMessage) => (m.type === 'listening' ? resolve(m.url) : reject(new Error(`receiver said ${m.type}`))));
+    child.once('exit', (code) => reject(new Error(`receiver exited with ${String(code)}`)));
+  });
+  return { url, server: null, child };
+}
+
+/** One request/answer over the child's IPC channel. */
+function ask<T>(child: ChildProcess, type: 'count' | 'acks'): Promise<T> {
+  return new Promise<T>((resolve) => {
+    child.once('message', (m: ReceiverMessage) => resolve(m as T));
+    child.send({ type });
+  });
+}
+
 export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promise<LatencyResult> {
   await resetOutbox(bench);
   await settle(bench);
   const committedAt = new Map<string, number>();
   const ackedAt = new Map<string, number>();
+  // Wall clock with sub-ms precision: comparable with the receiver process's timestamps.
+  const now = (): number => performance.timeOrigin + performance.now();
   const ack = (id: string): void => {
-    if (!ackedAt.has(id)) ackedAt.set(id, performance.now());
+    if (!ackedAt.has(id)) ackedAt.set(id, now());
   };
-  let receiver: { url: string; server: Server } | undefined;
+  let receiver: { url: string; server: Server | null; child?: ChildProcess } | undefined;
   let transport: Transport;
   if (o.transport === 'http') {
-    receiver = await startReceiver(ack);
+    receiver = o.receiverInChild ? await startReceiverProcess() : await startReceiver(ack);
     transport = new HttpTransport({ endpoints: { orders: receiver.url }, timeoutMs: 10_000 });
   } else {
     transport = new NoopTransport((events) => {
@@ -98,7 +129,16 @@ export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promi
       transport: { kind: 'http', url: receiver.url },
     });
     await worker.started;
-    relay = { stop: async () => (batches = (await worker.stop()).batches) };
+    relay = {
+      stop: async () => {
+        const r = await worker.stop();
+        batches = r.batches;
+        if (r.errors.length > 0 || r.fenced > 0) console.log(`relay errors: ${r.errors.join(" | ") || "none"}; fenced ${r.fenced}`);
+        if (process.env.BENCH_RELAY_DEBUG === '1') {
+          console.log(`relay: ${r.claims} claims with events (avg ${(r.claimMs / Math.max(1, r.claims)).toFixed(2)} ms, first tenth ${r.claimMsFirstTenth.toFixed(2)}, last tenth ${r.claimMsLastTenth.toFixed(2)}), ${r.emptyClaims} empty, ${r.completes} completes (avg ${(r.completeMs / Math.max(1, r.completes)).toFixed(2)} ms)`);
+        }
+      },
+    };
   } else {
     const connection = pgConnection({ connectionString: DATABASE_URL, maxConnections: (o.lanes ?? 2) + 2 });
     const inProcess = createRelay({
@@ -140,18 +180,25 @@ export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promi
         await c.query('BEGIN');
         const ids = await outbox.enqueue(c, events);
         await c.query('COMMIT');
-        const now = performance.now();
-        for (const id of ids) committedAt.set(id, now);
+        const at = now();
+        for (const id of ids) committedAt.set(id, at);
       }
     }),
   );
   const produceMs = performance.now() - started;
   loop.disable();
   const deadline = performance.now() + 30_000;
+  const child = receiver?.child;
+  if (child) {
+    while ((await ask<{ count: number }>(child, 'count')).count < transactions * perTx && performance.now() < deadline) await sleep(100);
+    for (const [id, t] of (await ask<{ acks: [string, number][] }>(child, 'acks')).acks) ackedAt.set(id, t);
+    child.send({ type: 'close' });
+  }
   while (ackedAt.size < transactions * perTx && performance.now() < deadline) await sleep(20);
   await relay.stop();
   await Promise.all(clients.map((c) => c.end()));
-  if (receiver) await new Promise<void>((resolve) => receiver.server.close(() => resolve()));
+  const server = receiver?.server;
+  if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
   const latencies: number[] = [];
   for (const [id, t] of committedAt) {
     const a = ackedAt.get(id);

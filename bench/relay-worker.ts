@@ -135,6 +135,11 @@ async function main(): Promise<void> {
     errorCounts[what] = (errorCounts[what] ?? 0) + 1;
   });
   relay.on('fenced', (e) => (fenced += e.rejected));
+  if (process.env.BENCH_RELAY_DEBUG === '1') relay.on('leases', (e) => console.log(`relay leases: ${JSON.stringify(e)} at ${Math.round(performance.now())} ms`));
+  relay.on('retry', (e) => {
+    const what = `retry: ${e.error.slice(0, 120)}`;
+    errorCounts[what] = (errorCounts[what] ?? 0) + 1;
+  });
   let published = 0;
   let batches = 0;
   let doneAt: number | undefined;

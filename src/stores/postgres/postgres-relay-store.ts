@@ -61,8 +61,8 @@ export function rowToEvent(r: EventRow): StoredEvent {
   };
 }
 
-/** Completions up to this many use the prepared complete statement; larger batches are planned per call. */
-const PREPARED_COMPLETE_MAX = 32;
+/** Completions up to this many use the prepared complete statement; larger batches are planned per call (measured: prepared 2.8 vs 3.4-3.9 ms at 6 events, 5.2 vs 3.9 ms at 32). */
+const PREPARED_COMPLETE_MAX = 16;
 
 const OUTCOME_CODE = { published: 0, retry: 1, park: 2 } as const;
 

@@ -179,7 +179,7 @@ export function completeSql(n: PostgresNames, deleteOnPublish: boolean): string 
     AS i(seq, token, outcome, delay_ms, error, routes)
 ), fence AS (
   SELECT b.bucket, b.token FROM ${n.buckets} b
-  WHERE b.owner = $1 AND b.lease_until > now() AND b.token IN (SELECT token FROM input)
+  WHERE b.owner = $1 AND b.lease_until > now() AND b.token = ANY($3::bigint[])
   ORDER BY b.bucket
   FOR SHARE
 ), fenced AS (
