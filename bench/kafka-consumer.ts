@@ -23,7 +23,7 @@ import { Kafka, logLevel } from 'kafkajs';
 import { createInbox, KeyedDispatcher, uuidv7, type Inbox, type InboxStore, type OutboxEvent } from 'txbox';
 import { KafkaConsumer, KafkaTransport } from 'txbox/kafka';
 import { applyVersioned, inboxNames, migrateInbox, PostgresInboxStore } from 'txbox/postgres';
-import { envInt, envList, fmtInt, log, orderPayload, percentile, perSec, printTable, summary, withBench, type Bench } from './lib.ts';
+import { envInt, envList, fmtInt, log, memoryInboxStore, orderPayload, percentile, perSec, printTable, summary, withBench, type Bench } from './lib.ts';
 
 const EVENTS = envInt('BENCH_KC_EVENTS', 20_000);
 const KEYS = envInt('BENCH_KC_KEYS', 200);
@@ -79,37 +79,11 @@ function benchInbox(bench: Bench, consumer: string, store?: InboxStore): Inbox {
   return inbox;
 }
 
-/** An inbox store without a database: dedup in a Set, handlers given a transaction that does nothing. */
-function memoryStore(): InboxStore {
-  const seen = new Set<string>();
-  // Answers applyVersioned's statement as a first write would.
-  const tx = { query: async () => ({ rows: [{ stored: null, written: 1 }], rowCount: 1 }) };
-  return {
-    async runBatch(consumer, events, handler) {
-      const ran: boolean[] = [];
-      for (const event of events) {
-        const id = `${consumer}/${event.id}`;
-        if (seen.has(id)) {
-          ran.push(false);
-          continue;
-        }
-        await handler(tx as never, event);
-        seen.add(id);
-        ran.push(true);
-      }
-      return { ran, heldKeys: [] };
-    },
-    recordFailure: async () => ({ attempts: 1, dead: false }),
-    hold: async () => {},
-    redrivable: async () => [],
-  };
-}
-
 async function viaConsumer(bench: Bench, keyConcurrency: number, memory = false): Promise<Result> {
   const latencies: number[] = [];
   const groupId = `txbox-bench-kc-${run}-${memory ? 'mem' : 'pg'}-${keyConcurrency}`;
   groups.push(groupId);
-  const inbox = benchInbox(bench, groupId.replaceAll('-', '_'), memory ? memoryStore() : undefined);
+  const inbox = benchInbox(bench, groupId.replaceAll('-', '_'), memory ? memoryInboxStore() : undefined);
   const consumer = new KafkaConsumer({ brokers: BROKERS, groupId, topics: [TOPIC], fromBeginning: true, deadLetterTopic: null, inbox, keyConcurrency, partitionConcurrency: PARTITIONS });
   let done: () => void = () => {};
   const finished = new Promise<void>((resolve) => (done = resolve));

@@ -6,7 +6,7 @@
 import pg from 'pg';
 import { randomBytes } from 'node:crypto';
 import { availableParallelism, loadavg } from 'node:os';
-import { createOutbox, defineEvent, payloadType, type NewEvent, type Outbox, type OutboxEvent, type PublishOutcome, type Transport } from 'txbox';
+import { createOutbox, defineEvent, payloadType, type InboxStore, type NewEvent, type Outbox, type OutboxEvent, type PublishOutcome, type Transport } from 'txbox';
 import { migratePostgres, pgConnection, postgresNames, PostgresOutboxStore, type PostgresConnection, type PostgresNames } from 'txbox/postgres';
 
 export const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? process.env.TXBOX_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -318,4 +318,33 @@ export function machine(): string {
 
 export function log(text: string): void {
   console.log(`[${new Date().toISOString().slice(11, 19)}] ${text}`);
+}
+
+/**
+ * An inbox store without a database, for a consumer's own ceiling: dedup in a
+ * Set, handlers given a transaction that does nothing.
+ */
+export function memoryInboxStore(): InboxStore {
+  const seen = new Set<string>();
+  // Answers applyVersioned's statement as a first write would.
+  const tx = { query: async () => ({ rows: [{ stored: null, written: 1 }], rowCount: 1 }) };
+  return {
+    async runBatch(consumer, events, handler) {
+      const ran: boolean[] = [];
+      for (const event of events) {
+        const id = `${consumer}/${event.id}`;
+        if (seen.has(id)) {
+          ran.push(false);
+          continue;
+        }
+        await handler(tx as never, event);
+        seen.add(id);
+        ran.push(true);
+      }
+      return { ran, heldKeys: [] };
+    },
+    recordFailure: async () => ({ attempts: 1, dead: false }),
+    hold: async () => {},
+    redrivable: async () => [],
+  };
 }

@@ -24,7 +24,7 @@ import { Redis } from 'ioredis';
 import { createInbox, KeyedDispatcher, uuidv7, type Inbox, type InboxStore, type OutboxEvent } from 'txbox';
 import { PostgresInboxStore, applyVersioned, inboxNames, migrateInbox } from 'txbox/postgres';
 import { RedisConsumer, encodeStreamFields } from 'txbox/redis';
-import { envInt, fmtInt, log, median, orderPayload, percentile, perSec, printTable, summary, withBench, type Bench } from './lib.ts';
+import { envInt, fmtInt, log, median, memoryInboxStore, orderPayload, percentile, perSec, printTable, summary, withBench, type Bench } from './lib.ts';
 
 const url = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const EVENTS = envInt('BENCH_EVENTS', 20_000);
@@ -64,32 +64,6 @@ function projectingInbox(bench: Bench, consumer: string, store: InboxStore): Inb
     await applyVersioned(tx, { table: `${bench.schema}.items_view`, id: { item_id: event.aggregateId }, version: event.version!, values: { total: (event.payload as { total: number }).total } });
   });
   return inbox;
-}
-
-/** No database: the inbox contract in memory, for the consumer's own ceiling. */
-function memoryStore(): InboxStore {
-  const seen = new Set<string>();
-  // Answers applyVersioned's statement as a first write would.
-  const tx = { query: async () => ({ rows: [{ stored: null, written: 1 }], rowCount: 1 }) };
-  return {
-    async runBatch(consumer, events, handler) {
-      const ran: boolean[] = [];
-      for (const event of events) {
-        const id = `${consumer}/${event.id}`;
-        if (seen.has(id)) {
-          ran.push(false);
-          continue;
-        }
-        await handler(tx as never, event);
-        seen.add(id);
-        ran.push(true);
-      }
-      return { ran, heldKeys: [] };
-    },
-    recordFailure: async () => ({ attempts: 1, dead: false }),
-    hold: async () => {},
-    redrivable: async () => [],
-  };
 }
 
 async function preload(admin: Redis, stream: string, events: readonly OutboxEvent[]): Promise<void> {
@@ -175,7 +149,7 @@ await withBench(
         const modes = [
           ['redis+postgres', () => consumerRun('redis+postgres', admin, events, projectingInbox(bench, `bench-redis-${r}`, store))],
           ['direct', () => directRun(events, projectingInbox(bench, `bench-direct-${r}`, store))],
-          ['redis+memory', () => consumerRun('redis+memory', admin, events, projectingInbox(bench, `bench-memory-${r}`, memoryStore()))],
+          ['redis+memory', () => consumerRun('redis+memory', admin, events, projectingInbox(bench, `bench-memory-${r}`, memoryInboxStore()))],
           ['insert commits', () => commitRun(bench)],
         ] as const;
         // Alternate the order between runs, so that no mode always runs first on a fresh projection.
