@@ -61,9 +61,6 @@ export function rowToEvent(r: EventRow): StoredEvent {
   };
 }
 
-/** Completions up to this many use the prepared complete statement; larger batches are planned per call (measured: prepared 2.8 vs 3.4-3.9 ms at 6 events, 5.2 vs 3.9 ms at 32). */
-const PREPARED_COMPLETE_MAX = 16;
-
 const OUTCOME_CODE = { published: 0, retry: 1, park: 2 } as const;
 
 /** The relay side of a PostgreSQL or PGlite outbox table. */
@@ -71,7 +68,7 @@ export class PostgresRelayStore implements RelayStore {
   readonly names: PostgresNames;
   readonly #db: PostgresConnection;
   readonly #sql: { heartbeat: string; lease: string; release: string; leave: string; claim: string; complete: string };
-  readonly #names: { claim: string; complete: string };
+  readonly #names: { claim: string };
   readonly #waiters = new Set<() => void>();
   #unlisten: (() => Promise<void>) | undefined;
   #listening: Promise<void> | undefined;
@@ -88,12 +85,10 @@ export class PostgresRelayStore implements RelayStore {
       claim: claimSql(this.names),
       complete: completeSql(this.names, options.deleteOnPublish ?? false),
     };
-    // The claim runs as a prepared statement: no parse and plan per batch. The complete
-    // statement only for small batches: its generic plan cannot see the batch size (array
-    // parameters), and on full batches it drained 20-40% slower than one planned per call,
-    // while on the small batches of a steady trickle planning costs more than it saves
-    // (docs/performance.md).
-    this.#names = { claim: statementName(this.#sql.claim), complete: statementName(this.#sql.complete) };
+    // The claim's outer statement (a call of the claim function, which plans its query per
+    // call) runs prepared. The complete statement is planned per call: a generic plan cannot
+    // see the batch size or the table's growth, and drained 20-40% slower (docs/performance.md).
+    this.#names = { claim: statementName(this.#sql.claim) };
   }
 
   async heartbeat(relay: RelayHeartbeat, ttlMs: number) {
@@ -155,8 +150,7 @@ export class PostgresRelayStore implements RelayStore {
       errors.push(c.outcome === 'published' ? null : c.error.slice(0, 2000));
       routes.push(c.outcome === 'published' ? '' : (c.routesAcked ?? []).join(','));
     }
-    const name = completions.length <= PREPARED_COMPLETE_MAX ? this.#names.complete : undefined;
-    const { rows } = await this.#db.query<{ applied: number }>(this.#sql.complete, [relayId, seqs, tokens, outcomes, delays, errors, routes], name);
+    const { rows } = await this.#db.query<{ applied: number }>(this.#sql.complete, [relayId, seqs, tokens, outcomes, delays, errors, routes]);
     const applied = rows[0]!.applied;
     return { applied, rejected: completions.length - applied };
   }
