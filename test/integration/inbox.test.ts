@@ -152,3 +152,39 @@ for (const kind of BACKENDS) {
     });
   });
 }
+
+describe('inbox claim on a node-postgres pool', () => {
+  it('is planned on every call, never kept as a prepared statement whose plan was made on an empty table', async () => {
+    const { pgConnection } = await import('txbox/postgres');
+    const { DATABASE_URL } = await import('../helpers/databases.ts');
+    const db = await openDb('postgres');
+    // One connection, so pg_prepared_statements shows what the inbox left on it.
+    const connection = pgConnection({ connectionString: DATABASE_URL, maxConnections: 1 });
+    try {
+      await migrateInbox(connection, inboxNames({ schema: db.schema }));
+      // A fresh deploy, a truncate or a vacuum of an emptied table: the planner sees no rows, so a generic
+      // plan would check each claimed key for held events with a sequential scan of the whole inbox.
+      await connection.query(`VACUUM ANALYZE "${db.schema}".inbox`);
+      const generic = await connection.query<{ 'QUERY PLAN': string }>(
+        `EXPLAIN SELECT EXISTS (SELECT 1 FROM "${db.schema}".inbox h WHERE h.consumer = 'c' AND h.key = 'k' AND h.status = 'held')`,
+      );
+      assert.match(generic.rows.map((r) => r['QUERY PLAN']).join('\n'), /Seq Scan/, 'precondition: the planner picks a sequential scan on the empty table');
+      const inbox = createInbox({ store: new PostgresInboxStore({ connection, schema: db.schema }), consumer: 'planned' });
+      inbox.on(StockChanged, () => {});
+      for (let round = 0; round < 8; round++) {
+        const outcomes = await Promise.all(Array.from({ length: 5 }, (_, i) => inbox.process(stockEvent(`p${i}`, round + 1, round))));
+        assert.ok(outcomes.every((o) => o.status === 'processed'));
+      }
+      const { rows } = await connection.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_prepared_statements WHERE statement LIKE '%jsonb_to_recordset%'`);
+      assert.equal(rows[0]!.n, 0, 'the claim is not a prepared statement');
+      await connection.query(`INSERT INTO "${db.schema}".inbox (consumer, event_id, type, key, version, status) SELECT 'planned', gen_random_uuid(), 't', 'k' || (i % 200), i, 'processed' FROM generate_series(1, 20000) i`);
+      const planned = await connection.query<{ 'QUERY PLAN': string }>(
+        `EXPLAIN SELECT EXISTS (SELECT 1 FROM "${db.schema}".inbox h WHERE h.consumer = 'planned' AND h.key = 'k1' AND h.status = 'held')`,
+      );
+      assert.doesNotMatch(planned.rows.map((r) => r['QUERY PLAN']).join('\n'), /Seq Scan/, 'planned per call, the same check uses the index once the table has rows');
+    } finally {
+      await connection.close();
+      await db.close();
+    }
+  });
+});

@@ -3,7 +3,6 @@ import { InboxBatchError, type InboxStore } from '../../core/inbox-ports.ts';
 import type { SqlExecutor } from '../../core/ports.ts';
 import type { PostgresConnection } from './postgres-connection.ts';
 import { postgresNames, type PostgresNames } from './postgres-sql.ts';
-import { queryPrepared, statementName } from './prepared.ts';
 
 export interface PostgresInboxStoreOptions {
   /** The database handle the inbox runs its transactions on (the consumer service's database). */
@@ -12,11 +11,6 @@ export interface PostgresInboxStoreOptions {
   readonly schema?: string;
   /** Default: `inbox`. */
   readonly table?: string;
-  /**
-   * Run the per-batch claim as a named prepared statement on node-postgres
-   * connections (see `PostgresOutboxStore`'s `prepare`). Default: true.
-   */
-  readonly prepare?: boolean;
 }
 
 /** Names of an inbox table (same rules as the outbox's). */
@@ -36,8 +30,6 @@ export class PostgresInboxStore implements InboxStore {
   readonly names: PostgresNames;
   readonly #db: PostgresConnection;
   readonly #sql: { claim: string; fail: string; hold: string; held: string; retries: string };
-  readonly #claimName: string;
-  readonly #prepare: boolean;
 
   constructor(options: PostgresInboxStoreOptions) {
     this.names = inboxNames(options);
@@ -47,6 +39,9 @@ export class PostgresInboxStore implements InboxStore {
     this.#sql = {
       // Records the ids as processed; a redelivered processed or dead id returns no row.
       // has_held: the key has events waiting for a version gap (usually none: an index probe).
+      // Planned on every call, never prepared: a generic plan made while the table is empty
+      // (just created, truncated or vacuumed) checks has_held with a sequential scan per row,
+      // and each batch then slows down as the table grows (docs/performance.md, finding 9).
       claim: `WITH input AS (
           SELECT * FROM jsonb_to_recordset($2::jsonb) AS x(n int, id uuid, type text, key text, version bigint)
         ), claimed AS (
@@ -74,8 +69,6 @@ export class PostgresInboxStore implements InboxStore {
       held: `SELECT envelope FROM ${t} WHERE consumer = $1 AND key = $2 AND status = 'held' ORDER BY version NULLS LAST, received_at LIMIT $3`,
       retries: `SELECT envelope FROM ${t} WHERE consumer = $1 AND status = 'retry' ORDER BY key, version NULLS LAST, received_at LIMIT $2`,
     };
-    this.#claimName = statementName(this.#sql.claim);
-    this.#prepare = options.prepare ?? true;
   }
 
   runBatch(consumer: string, events: readonly OutboxEvent[], handler: (tx: SqlExecutor, event: OutboxEvent) => Promise<void>) {
@@ -88,7 +81,7 @@ export class PostgresInboxStore implements InboxStore {
       input.push({ n, id: e.id, type: e.type, key: e.key, version: e.version });
     }
     return this.#db.transaction(async (tx) => {
-      const { rows } = (await queryPrepared(tx, this.#sql.claim, [consumer, JSON.stringify(input)], this.#prepare, this.#claimName)) as { rows: { id: string; key: string; has_held: boolean }[] };
+      const { rows } = (await tx.query(this.#sql.claim, [consumer, JSON.stringify(input)])) as { rows: { id: string; key: string; has_held: boolean }[] };
       const claimed = new Set(rows.map((r) => r.id));
       const heldKeys = [...new Set(rows.filter((r) => r.has_held).map((r) => r.key))];
       const ran = events.map(() => false);
