@@ -1,6 +1,7 @@
 /** Starts bench/relay-worker.ts in a child process and collects its figures. */
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import type { BrokerSpec } from './broker-transports.ts';
 
 export interface RelayWorkerConfig {
   readonly schema: string;
@@ -10,7 +11,10 @@ export interface RelayWorkerConfig {
   /** Stop once this many events are published; without it, run until `stop()`. */
   readonly expect?: number;
   readonly pollIntervalMs?: number;
-  readonly transport: { readonly kind: 'noop' } | { readonly kind: 'http'; readonly url: string };
+  readonly leaseTtlMs?: number;
+  /** Report `leases` (buckets held) and `progress` (events published so far, after every batch) messages. */
+  readonly progress?: boolean;
+  readonly transport: { readonly kind: 'noop' } | { readonly kind: 'http'; readonly url: string } | { readonly kind: 'broker'; readonly spec: BrokerSpec };
   /**
    * `src` (default): the store's own complete statement. `any-array`: the
    * experiment of bench/complete-experiment.ts, a fence check the planner cannot
@@ -48,6 +52,8 @@ export interface RelayWorkerResult {
 export type RelayWorkerMessage =
   | { readonly type: 'started' }
   | { readonly type: 'result'; readonly result: RelayWorkerResult }
+  | { readonly type: 'leases'; readonly held: number }
+  | { readonly type: 'progress'; readonly published: number }
   | { readonly type: 'error'; readonly message: string };
 
 export interface RelayWorker {
@@ -60,7 +66,7 @@ export interface RelayWorker {
 
 const WORKER = fileURLToPath(new URL('./relay-worker.ts', import.meta.url));
 
-export function startRelayWorker(config: RelayWorkerConfig): RelayWorker {
+export function startRelayWorker(config: RelayWorkerConfig, onReport?: (m: RelayWorkerMessage & { type: 'leases' | 'progress' }) => void): RelayWorker {
   const child = fork(WORKER, [], {
     execArgv: ['--conditions=development', '--import', 'tsx'],
     env: { ...process.env, BENCH_RELAY_WORKER: JSON.stringify(config) },
@@ -89,6 +95,7 @@ export function startRelayWorker(config: RelayWorkerConfig): RelayWorker {
       // The worker exits by itself after reporting; never let a stuck one keep this process alive.
       setTimeout(() => child.kill('SIGKILL'), 10_000).unref();
     }
+    else if (m.type === 'leases' || m.type === 'progress') onReport?.(m);
     else onError(new Error(`relay worker failed: ${m.message}`));
   });
   child.on('exit', (code) => onError(new Error(`relay worker exited with code ${String(code)} before reporting`)));

@@ -10,6 +10,7 @@
 import { createRelay, type BucketLease, type ClaimOptions, type Completion, type RelayHeartbeat, type RelayStore, type Transport } from 'txbox';
 import { HttpTransport } from 'txbox/http';
 import { pgConnection, PostgresRelayStore, postgresNames, type PostgresConnection } from 'txbox/postgres';
+import { brokerTransport } from './broker-transports.ts';
 import { DATABASE_URL, MemorySampler, NoopTransport } from './lib.ts';
 import type { RelayWorkerConfig, RelayWorkerMessage, RelayWorkerResult } from './relay-process.ts';
 
@@ -98,8 +99,9 @@ class TimedRelayStore implements RelayStore {
   }
 }
 
-function makeTransport(config: RelayWorkerConfig): Transport {
+async function makeTransport(config: RelayWorkerConfig): Promise<Transport> {
   if (config.transport.kind === 'noop') return new NoopTransport();
+  if (config.transport.kind === 'broker') return brokerTransport(config.transport.spec);
   return new HttpTransport({ endpoints: { orders: config.transport.url }, timeoutMs: 10_000, ...(process.env.BENCH_HTTP_MAX_SOCKETS ? { maxSockets: Number(process.env.BENCH_HTTP_MAX_SOCKETS) } : {}) });
 }
 
@@ -115,7 +117,7 @@ async function main(): Promise<void> {
     config.complete === 'any-array'
       ? new TimedRelayStore(inner, { sql: anyArrayComplete(config.schema, config.deleteOnPublish), db: connection })
       : new TimedRelayStore(inner);
-  const transport = makeTransport(config);
+  const transport = await makeTransport(config);
   const relay = createRelay({
     store,
     transport,
@@ -124,7 +126,9 @@ async function main(): Promise<void> {
     // With deleteOnPublish there is nothing to prune; keep rows: the default retention (1 day) never fires in a benchmark.
     ...(config.deleteOnPublish ? { retention: false as const } : {}),
     ...(config.pollIntervalMs === undefined ? {} : { pollIntervalMs: config.pollIntervalMs }),
+    ...(config.leaseTtlMs === undefined ? {} : { leaseTtlMs: config.leaseTtlMs }),
   });
+  if (config.progress) relay.on('leases', (e) => send({ type: 'leases', held: e.held }));
   const errors: string[] = [];
   const errorCounts: Record<string, number> = {};
   let fenced = 0;
@@ -151,6 +155,7 @@ async function main(): Promise<void> {
   relay.on('batch', (b) => {
     published += b.published;
     batches++;
+    if (config.progress) send({ type: 'progress', published });
     if (config.expect !== undefined && doneAt === undefined && published >= config.expect) {
       doneAt = performance.now();
       finish();

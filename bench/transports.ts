@@ -17,7 +17,9 @@ import { randomBytes } from 'node:crypto';
 import { createRelay, type OutboxEvent, type PublishOutcome, type Transport } from 'txbox';
 import { PostgresRelayStore } from 'txbox/postgres';
 import pg from 'pg';
-import { Backlog, DATABASE_URL, benchOutbox, envInt, fmtInt, log, orderEvent, percentile, perSec, printTable, resetOutbox, summary, withBench, type Bench } from './lib.ts';
+import { brokerTransport, KAFKA_BROKERS, NATS_SERVERS, RABBITMQ_URL, REDIS_URL, type BrokerSpec } from './broker-transports.ts';
+import { startRelayWorker } from './relay-process.ts';
+import { Backlog, DATABASE_URL, benchOutbox, envInt, envList, fmtInt, log, orderEvent, percentile, perSec, printTable, resetOutbox, summary, withBench, type Bench } from './lib.ts';
 
 const EVENTS = envInt('BENCH_EVENTS', 200_000);
 const KEYS = envInt('BENCH_KEYS', 1000);
@@ -26,12 +28,13 @@ const SECONDS = envInt('BENCH_SECONDS', 30);
 const BATCH = envInt('BENCH_BATCH', 500);
 const LANES = envInt('BENCH_LANES', 2);
 const WHICH = (process.env.BENCH_TRANSPORTS ?? 'kafka,nats,redis,rabbitmq').split(',').filter(Boolean);
+const RELAYS = envList('BENCH_RELAYS', [1, 2]);
 const run = randomBytes(3).toString('hex');
 
 interface Broker {
   readonly name: string;
-  /** Creates the broker side of destination `orders` and returns a transport factory and a cleanup. */
-  setup(): Promise<{ transport(): Transport; cleanup(): Promise<void> }>;
+  /** Creates the broker side of destination `orders` and returns the transport's spec and a cleanup. */
+  setup(): Promise<{ spec: BrokerSpec; cleanup(): Promise<void> }>;
 }
 
 const brokers: Record<string, Broker> = {
@@ -40,13 +43,12 @@ const brokers: Record<string, Broker> = {
     async setup() {
       execFileSync('bash', ['scripts/kafka/up.sh'], { stdio: 'ignore' });
       const { Kafka, logLevel } = await import('kafkajs');
-      const { KafkaTransport } = await import('txbox/kafka');
       const topic = `bench-orders-${run}`;
-      const admin = new Kafka({ brokers: ['127.0.0.1:9092'], logLevel: logLevel.NOTHING }).admin();
+      const admin = new Kafka({ brokers: KAFKA_BROKERS, logLevel: logLevel.NOTHING }).admin();
       await admin.connect();
       await admin.createTopics({ topics: [{ topic, numPartitions: 6, replicationFactor: 1 }], waitForLeaders: true });
       return {
-        transport: () => new KafkaTransport({ brokers: ['127.0.0.1:9092'], topics: { orders: topic } }),
+        spec: { kind: 'kafka', topic },
         cleanup: async () => {
           await admin.deleteTopics({ topics: [topic] }).catch(() => {});
           await admin.disconnect();
@@ -59,14 +61,13 @@ const brokers: Record<string, Broker> = {
     async setup() {
       const { connect } = await import('@nats-io/transport-node');
       const { jetstreamManager } = await import('@nats-io/jetstream');
-      const { NatsTransport } = await import('txbox/nats');
       const stream = `BENCH_${run}`;
       const subject = `bench.${run}.orders`;
-      const nc = await connect({ servers: '127.0.0.1:4222' });
+      const nc = await connect({ servers: NATS_SERVERS });
       const jsm = await jetstreamManager(nc);
       await jsm.streams.add({ name: stream, subjects: [subject] });
       return {
-        transport: () => new NatsTransport({ servers: '127.0.0.1:4222', subjects: { orders: subject }, streams: { orders: stream } }),
+        spec: { kind: 'nats', subject, stream },
         cleanup: async () => {
           await jsm.streams.delete(stream).catch(() => {});
           await nc.close();
@@ -78,12 +79,11 @@ const brokers: Record<string, Broker> = {
     name: 'redis',
     async setup() {
       const { Redis } = await import('ioredis');
-      const { RedisTransport } = await import('txbox/redis');
       const prefix = `bench:${run}:`;
       return {
-        transport: () => new RedisTransport({ url: 'redis://127.0.0.1:6379', streamPrefix: prefix }),
+        spec: { kind: 'redis', prefix },
         cleanup: async () => {
-          const r = new Redis('redis://127.0.0.1:6379');
+          const r = new Redis(REDIS_URL);
           await r.del(`${prefix}orders`);
           r.disconnect();
         },
@@ -94,15 +94,12 @@ const brokers: Record<string, Broker> = {
     name: 'rabbitmq',
     async setup() {
       const amqp = await import('amqplib');
-      const { RabbitMqTransport } = await import('txbox/rabbitmq');
-      const url = 'amqp://guest:guest@127.0.0.1:5672';
       const queue = `bench.orders.${run}`;
-      const conn = await amqp.connect(url);
+      const conn = await amqp.connect(RABBITMQ_URL);
       const ch = await conn.createChannel();
       await ch.assertQueue(queue, { durable: true });
       return {
-        // The default exchange routes by queue name.
-        transport: () => new RabbitMqTransport({ url, destinations: { orders: { exchange: '', routingKey: queue } } }),
+        spec: { kind: 'rabbitmq', queue },
         cleanup: async () => {
           await ch.deleteQueue(queue).catch(() => {});
           await conn.close();
@@ -147,16 +144,47 @@ function timed(inner: Transport, acked: Map<string, number>): Transport {
   };
 }
 
-async function drain(bench: Bench, backlog: Backlog, transport: Transport): Promise<number> {
-  await backlog.restore();
-  const acked = new Map<string, number>();
-  const relay = createRelay({ store: new PostgresRelayStore({ schema: bench.schema, connection: bench.connection }), transport: timed(transport, acked), batchSize: BATCH, lanes: LANES, retention: false, pollIntervalMs: 50 });
+/**
+ * `relays` relay processes (bench/relay-worker.ts) drain the backlog. They
+ * start on an empty outbox and split the buckets between them first; then
+ * the whole backlog is committed at once and the clock runs from that commit
+ * until the relays together have published every event.
+ */
+async function drain(bench: Bench, backlog: Backlog, spec: BrokerSpec, relays: number): Promise<{ perSec: number; rssMaxMb: number }> {
+  await backlog.restore(0);
+  const buckets = (await bench.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${bench.names.buckets}`))[0]!.n;
+  const held = new Array<number>(relays).fill(0);
+  const published = new Array<number>(relays).fill(0);
+  let progressed: () => void = () => {};
+  const workers = Array.from({ length: relays }, (_, i) =>
+    startRelayWorker(
+      { schema: bench.schema, batchSize: BATCH, lanes: LANES, deleteOnPublish: false, pollIntervalMs: 50, leaseTtlMs: 3000, progress: true, transport: { kind: 'broker', spec } },
+      (m) => {
+        if (m.type === 'leases') held[i] = m.held;
+        else published[i] = m.published;
+        progressed();
+      },
+    ),
+  );
+  const until = async (done: () => boolean, what: string, limitMs: number): Promise<void> => {
+    const deadline = performance.now() + limitMs;
+    while (!done()) {
+      if (performance.now() > deadline) throw new Error(`drain: ${what} not reached within ${limitMs} ms (held ${held.join('/')}, published ${published.join('/')})`);
+      await new Promise<void>((resolve) => {
+        progressed = resolve;
+        setTimeout(resolve, 50);
+      });
+    }
+  };
+  await Promise.all(workers.map((w) => w.started));
+  await until(() => held.every((h) => h >= Math.floor(buckets / relays)), 'an even split of the buckets', 20_000);
+  await backlog.append();
   const started = performance.now();
-  await relay.start();
-  while (acked.size < backlog.events) await new Promise((r) => setTimeout(r, 20));
+  await until(() => published.reduce((a, b) => a + b, 0) >= backlog.events, 'every event published', 600_000);
   const ms = performance.now() - started;
-  await relay.stop();
-  return perSec(backlog.events, ms);
+  const results = await Promise.all(workers.map((w) => w.stop()));
+  for (const r of results) if (r.errors.length > 0) log(`  relay errors: ${r.errors.join('; ')}`);
+  return { perSec: perSec(backlog.events, ms), rssMaxMb: Math.max(...results.map((r) => r.rssMax)) / 2 ** 20 };
 }
 
 async function steady(bench: Bench, transport: Transport): Promise<{ p50: number; p99: number; max: number; n: number }> {
@@ -206,19 +234,28 @@ await withBench('transports', async (bench) => {
   for (const name of WHICH) {
     const broker = brokers[name];
     if (!broker) throw new Error(`unknown transport ${name}`);
-    const { transport, cleanup } = await broker.setup();
+    const { spec, cleanup } = await broker.setup();
     try {
-      const raw = await rawRate(transport(), EVENTS);
+      const raw = await rawRate(await brokerTransport(spec), EVENTS);
       log(`${name}: raw publish ${fmtInt(raw)} events/s`);
-      const relayRate = await drain(bench, backlog, transport());
-      log(`${name}: relay drain ${fmtInt(relayRate)} events/s`);
-      const lat = await steady(bench, transport());
+      const drains: string[] = [];
+      for (const relays of RELAYS) {
+        const d = await drain(bench, backlog, spec, relays);
+        log(`${name}: ${relays} relay process${relays === 1 ? '' : 'es'}: drain ${fmtInt(d.perSec)} events/s (${((d.perSec / raw) * 100).toFixed(0)}% of raw), relay max RSS ${d.rssMaxMb.toFixed(0)} MB`);
+        drains.push(fmtInt(d.perSec), `${((d.perSec / raw) * 100).toFixed(0)}%`);
+      }
+      const lat = await steady(bench, await brokerTransport(spec));
       log(`${name}: steady ${RATE}/s for ${SECONDS} s: p50 ${lat.p50.toFixed(1)} ms, p99 ${lat.p99.toFixed(1)} ms, max ${lat.max.toFixed(1)} ms`);
-      rows.push([name, fmtInt(raw), fmtInt(relayRate), `${((relayRate / raw) * 100).toFixed(0)}%`, lat.p50.toFixed(1), lat.p99.toFixed(1), lat.max.toFixed(1)]);
+      rows.push([name, fmtInt(raw), ...drains, lat.p50.toFixed(1), lat.p99.toFixed(1), lat.max.toFixed(1)]);
     } finally {
       await cleanup();
     }
   }
-  printTable(['transport', 'raw publish/s', 'relay drain/s', 'drain/raw', 'p50 ms', 'p99 ms', 'max ms'], rows);
-  for (const r of rows) summary(`transport-${r[0]}`, `relay drain ${r[2]} events/s (raw ${r[1]}/s, ${r[3]}); ${RATE}/s commit-to-ack p50 ${r[4]} ms, p99 ${r[5]} ms, max ${r[6]} ms`);
+  const drainColumns = RELAYS.flatMap((n) => [`drain/s, ${n} relay${n === 1 ? '' : 's'}`, 'of raw']);
+  printTable(['transport', 'raw publish/s', ...drainColumns, 'p50 ms', 'p99 ms', 'max ms'], rows);
+  for (const r of rows) {
+    const drains = RELAYS.map((n, i) => `${n} relay${n === 1 ? '' : 's'} ${r[2 + 2 * i]} events/s (${r[3 + 2 * i]} of raw ${r[1]}/s)`).join(', ');
+    const [p50, p99, max] = r.slice(-3);
+    summary(`transport-${r[0]}`, `drain ${drains}; ${RATE}/s commit-to-ack p50 ${p50} ms, p99 ${p99} ms, max ${max} ms`);
+  }
 });
