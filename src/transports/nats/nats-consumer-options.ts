@@ -42,7 +42,7 @@ export interface NatsConsumerOptions extends Pick<NatsTransportOptions, Connecti
    * Events handed to the inbox at once (different keys; one key's messages
    * run one at a time, in stream order). The inbox commits events handed to
    * it together in one transaction: for throughput, use at least its
-   * `batch.maxSize × batch.concurrency` (128 by default). Default: 32.
+   * `batch.maxSize × batch.concurrency` (128 by default). Default: 128.
    */
   readonly concurrency?: number;
   /**
@@ -140,7 +140,7 @@ export function resolveNatsConsumerOptions(options: NatsConsumerOptions): Resolv
     durable,
     filterSubjects: Object.freeze(filters(options.filterSubjects)),
     batch: int('batch', options.batch, 100, 1, 10_000),
-    concurrency: int('concurrency', options.concurrency, 32, 1, 10_000),
+    concurrency: int('concurrency', options.concurrency, 128, 1, 10_000),
     maxDeliveries: int('maxDeliveries', options.maxDeliveries, 12, 2, 1_000_000),
     ackWaitMs,
     maxAckPending: int('maxAckPending', options.maxAckPending, 1000, 1, 1_000_000),

@@ -28,7 +28,7 @@ export interface RabbitMqConsumerOptions extends ConnectionOptions {
    * consumer). Messages wait in the consumer until their key is free and a
    * handler slot is; a message waiting on a retry holds its place. With the
    * inbox's group commit, about 2 x batch.maxSize x batch.concurrency (256 with
-   * the inbox defaults) keeps its transactions full. Default: 64.
+   * the inbox defaults) keeps its transactions full. Default: 256.
    */
   readonly prefetch?: number;
   /** Handlers running at once (different keys; one key runs one at a time). At most prefetch x queues. Default: `prefetch`. */
@@ -113,7 +113,7 @@ export function resolveRabbitMqConsumerOptions(options: RabbitMqConsumerOptions)
   const assertQueues = options.assertQueues ?? false;
   if (typeof assertQueues !== 'boolean') throw new ConfigError('assertQueues', 'must be true or false');
   const queues = resolveQueues(options.queues, options.deadLetterExchange);
-  const prefetch = int('prefetch', options.prefetch, 64, 1, 65_535);
+  const prefetch = int('prefetch', options.prefetch, 256, 1, 65_535);
   const limit = prefetch * queues.length;
   const concurrency = int('concurrency', options.concurrency, Math.min(prefetch, limit), 1, 100_000);
   if (concurrency > limit) {

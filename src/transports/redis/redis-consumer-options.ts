@@ -51,7 +51,12 @@ export interface RedisConsumerOptions {
   readonly blockMs?: number;
   /** Entries per XREADGROUP (and per XAUTOCLAIM); also how many may wait in the consumer beyond `concurrency`. Default: 100. */
   readonly count?: number;
-  /** Handlers running at once (different keys; one key runs one at a time). Default: 16. */
+  /**
+   * Handlers running at once (different keys; one key runs one at a time).
+   * The inbox commits events handed to it together in one transaction: for
+   * throughput, use at least its `batch.maxSize × batch.concurrency` (128 by
+   * default). Default: 128.
+   */
   readonly concurrency?: number;
   /** An entry pending this long (ms) without an ack is taken over from a consumer presumed dead (XAUTOCLAIM). Default: 30000. */
   readonly claimIdleMs?: number;
@@ -149,7 +154,7 @@ export function resolveRedisConsumerOptions(options: RedisConsumerOptions): Reso
     startId,
     blockMs: int('blockMs', options.blockMs, 5000, 1, 3_600_000),
     count: int('count', options.count, 100, 1, 100_000),
-    concurrency: int('concurrency', options.concurrency, 16, 1, 10_000),
+    concurrency: int('concurrency', options.concurrency, 128, 1, 10_000),
     claimIdleMs,
     claimIntervalMs: Math.max(100, Math.floor(claimIdleMs / 3)),
     maxDeliveries: int('maxDeliveries', options.maxDeliveries, 10, 1, 1_000_000),
