@@ -213,13 +213,6 @@ export class Backlog {
     );
     await settle(this.bench);
   }
-
-  /** Copies the whole backlog into the outbox in one transaction, without emptying or settling: for relays already running, which see it all at once. */
-  async append(): Promise<void> {
-    await this.bench.sql(
-      `INSERT INTO ${this.bench.names.outbox} (${COPY_COLUMNS}) OVERRIDING SYSTEM VALUE SELECT ${COPY_COLUMNS} FROM "${this.bench.schema}".backlog ORDER BY seq`,
-    );
-  }
 }
 
 /** VACUUM ANALYZE the outbox and CHECKPOINT, so that earlier work's cleanup does not land in the next measurement. */

@@ -14,6 +14,8 @@ export interface RelayWorkerConfig {
   readonly leaseTtlMs?: number;
   /** Report `leases` (buckets held) and `progress` (events published so far, after every batch) messages. */
   readonly progress?: boolean;
+  /** Lease buckets at once but claim nothing until `go()`. */
+  readonly gated?: boolean;
   readonly transport: { readonly kind: 'noop' } | { readonly kind: 'http'; readonly url: string } | { readonly kind: 'broker'; readonly spec: BrokerSpec };
   /**
    * `src` (default): the store's own complete statement. `any-array`: the
@@ -61,6 +63,8 @@ export interface RelayWorker {
   readonly started: Promise<void>;
   /** Resolves when the worker has reported (after `expect` events, or after `stop()`). */
   readonly result: Promise<RelayWorkerResult>;
+  /** Lets a `gated` worker start claiming. */
+  go(): void;
   stop(): Promise<RelayWorkerResult>;
 }
 
@@ -102,6 +106,9 @@ export function startRelayWorker(config: RelayWorkerConfig, onReport?: (m: Relay
   return {
     started,
     result,
+    go() {
+      if (child.connected) child.send({ type: 'go' });
+    },
     stop() {
       if (child.connected) child.send({ type: 'stop' });
       return result;

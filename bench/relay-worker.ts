@@ -43,6 +43,8 @@ class TimedRelayStore implements RelayStore {
   completeMs = 0;
   completes = 0;
   readonly prune?: (olderThanMs: number, limit: number) => Promise<number>;
+  /** Claims wait for this (the parent's `go`) when set. */
+  gate: Promise<void> | null = null;
   constructor(
     private readonly inner: RelayStore,
     private readonly experiment?: { readonly sql: string; readonly db: PostgresConnection },
@@ -64,6 +66,7 @@ class TimedRelayStore implements RelayStore {
     return this.inner.leave(relayId);
   }
   async claim(leases: readonly BucketLease[], options: ClaimOptions) {
+    if (this.gate) await this.gate;
     const t = performance.now();
     const events = await this.inner.claim(leases, options);
     if (events.length === 0) this.emptyClaims++;
@@ -118,6 +121,8 @@ async function main(): Promise<void> {
       ? new TimedRelayStore(inner, { sql: anyArrayComplete(config.schema, config.deleteOnPublish), db: connection })
       : new TimedRelayStore(inner);
   const transport = await makeTransport(config);
+  let openGate: () => void = () => {};
+  if (config.gated) store.gate = new Promise<void>((resolve) => (openGate = resolve));
   const relay = createRelay({
     store,
     transport,
@@ -162,6 +167,7 @@ async function main(): Promise<void> {
     }
   });
   process.on('message', (m: { type?: string }) => {
+    if (m?.type === 'go') openGate();
     if (m?.type === 'stop') {
       doneAt ??= performance.now();
       finish();

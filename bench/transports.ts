@@ -146,19 +146,19 @@ function timed(inner: Transport, acked: Map<string, number>): Transport {
 
 /**
  * `relays` relay processes (bench/relay-worker.ts) drain the backlog. They
- * start on an empty outbox and split the buckets between them first; then
- * the whole backlog is committed at once and the clock runs from that commit
- * until the relays together have published every event.
+ * start on the restored backlog but claim nothing until they have split the
+ * buckets evenly between them; the clock runs from their go until they
+ * together have published every event.
  */
 async function drain(bench: Bench, backlog: Backlog, spec: BrokerSpec, relays: number): Promise<{ perSec: number; rssMaxMb: number }> {
-  await backlog.restore(0);
+  await backlog.restore();
   const buckets = (await bench.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${bench.names.buckets}`))[0]!.n;
   const held = new Array<number>(relays).fill(0);
   const published = new Array<number>(relays).fill(0);
   let progressed: () => void = () => {};
   const workers = Array.from({ length: relays }, (_, i) =>
     startRelayWorker(
-      { schema: bench.schema, batchSize: BATCH, lanes: LANES, deleteOnPublish: false, pollIntervalMs: 50, leaseTtlMs: 3000, progress: true, transport: { kind: 'broker', spec } },
+      { schema: bench.schema, batchSize: BATCH, lanes: LANES, deleteOnPublish: false, pollIntervalMs: 50, leaseTtlMs: 3000, progress: true, gated: true, transport: { kind: 'broker', spec } },
       (m) => {
         if (m.type === 'leases') held[i] = m.held;
         else published[i] = m.published;
@@ -178,8 +178,8 @@ async function drain(bench: Bench, backlog: Backlog, spec: BrokerSpec, relays: n
   };
   await Promise.all(workers.map((w) => w.started));
   await until(() => held.every((h) => h >= Math.floor(buckets / relays)), 'an even split of the buckets', 20_000);
-  await backlog.append();
   const started = performance.now();
+  for (const w of workers) w.go();
   await until(() => published.reduce((a, b) => a + b, 0) >= backlog.events, 'every event published', 600_000);
   const ms = performance.now() - started;
   const results = await Promise.all(workers.map((w) => w.stop()));

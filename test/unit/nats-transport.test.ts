@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { NoRespondersError, PermissionViolationError, RequestError, errors, type Msg, type NatsConnection } from '@nats-io/transport-node';
+import { NoRespondersError, PermissionViolationError, RequestError, errors, headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
 import { ConfigError, type OutboxEvent, type PublishOutcome } from 'txbox';
 import { NATS_HEADERS, NatsTransport, type NatsTransportOptions } from 'txbox/nats';
 
@@ -14,17 +14,55 @@ interface Sent {
   readonly subject: string;
   readonly data: Uint8Array;
   readonly headers: Map<string, string>;
-  readonly timeout: number | undefined;
 }
 
-/** Just enough of a NatsConnection for the JetStream client: `request()` answers with scripted JSON or errors. */
+type Callback = (err: Error | null, msg: Msg) => void;
+
+/**
+ * Just enough of a NatsConnection for the transport: `request()` (the
+ * JetStream API calls of start() and stream lookups) and `publish()` with a
+ * reply subject (the publishes, acked on one subscription) answer with
+ * scripted JSON or errors, as a server would: a NoResponders error becomes
+ * the server's 503 status message, a TimeoutError no answer at all, a publish
+ * permission violation an asynchronous status error, and other errors are
+ * thrown by `publish()` itself.
+ */
 class ScriptedConnection {
   readonly options = { inboxPrefix: '_INBOX' };
   info: { max_payload: number } | undefined = { max_payload: 1024 * 1024 };
   readonly sent: Sent[] = [];
   closed = false;
   #stopStatus: (() => void) | undefined;
+  #statusWaiter: ((r: IteratorResult<{ type: string; error: Error }>) => void) | undefined;
+  readonly #subs = new Map<string, Callback>();
   constructor(readonly answer: (subject: string, sent: Sent) => Reply | Promise<Reply>) {}
+
+  subscribe(subject: string, opts: { callback: Callback }): { unsubscribe(): void } {
+    assert.match(subject, /^_INBOX\.[^.]+\.\*$/, 'one wildcard subscription under the inbox prefix');
+    this.#subs.set(subject.slice(0, -1), opts.callback);
+    return { unsubscribe: () => this.#subs.delete(subject.slice(0, -1)) };
+  }
+
+  publish(subject: string, data: Uint8Array, opts: { reply: string; headers: MsgHdrs }): void {
+    const headers = new Map<string, string>();
+    for (const k of opts.headers.keys()) headers.set(k, opts.headers.get(k));
+    const sent = { subject, data, headers };
+    const reply = this.answer(subject, sent);
+    if (reply instanceof Error && !(reply instanceof RequestError) && !(reply instanceof errors.TimeoutError)) throw reply;
+    this.sent.push(sent);
+    const deliver = (r: Reply): void => {
+      if (r instanceof errors.TimeoutError) return;
+      const cause = r instanceof Error ? r.cause : undefined;
+      if (cause instanceof PermissionViolationError) {
+        this.#statusWaiter?.({ done: false, value: { type: 'error', error: cause } });
+        return;
+      }
+      const callback = [...this.#subs].find(([prefix]) => opts.reply.startsWith(prefix))?.[1];
+      if (cause instanceof NoRespondersError) callback?.(null, { subject: opts.reply, data: new Uint8Array(0), headers: natsHeaders(503, 'No Responders') } as unknown as Msg);
+      else callback?.(null, { subject: opts.reply, data: new TextEncoder().encode(JSON.stringify(r)) } as unknown as Msg);
+    };
+    void Promise.resolve(reply).then((r) => setImmediate(() => deliver(r)));
+  }
 
   isClosed(): boolean {
     return this.closed;
@@ -32,16 +70,18 @@ class ScriptedConnection {
   async close(): Promise<void> {
     this.closed = true;
   }
-  status(): AsyncIterable<never> & { stop(): void } {
-    const ended = new Promise<IteratorResult<never>>((resolve) => (this.#stopStatus = () => resolve({ done: true, value: undefined })));
-    return { [Symbol.asyncIterator]: () => ({ next: () => ended }), stop: () => this.#stopStatus?.() };
+  status(): AsyncIterable<{ type: string; error: Error }> & { stop(): void } {
+    let stopped = false;
+    this.#stopStatus = () => {
+      stopped = true;
+      this.#statusWaiter?.({ done: true, value: undefined });
+    };
+    const next = (): Promise<IteratorResult<{ type: string; error: Error }>> =>
+      stopped ? Promise.resolve({ done: true, value: undefined }) : new Promise((resolve) => (this.#statusWaiter = resolve));
+    return { [Symbol.asyncIterator]: () => ({ next }), stop: () => this.#stopStatus?.() };
   }
-  async request(subject: string, data: Uint8Array, opts: { headers?: { keys(): string[]; get(k: string): string }; timeout?: number }): Promise<Msg> {
-    const headers = new Map<string, string>();
-    for (const k of opts.headers?.keys() ?? []) headers.set(k, opts.headers!.get(k));
-    const sent = { subject, data, headers, timeout: opts.timeout };
-    if (!subject.startsWith('$JS.API')) this.sent.push(sent);
-    const reply = await this.answer(subject, sent);
+  async request(subject: string, data: Uint8Array): Promise<Msg> {
+    const reply = await this.answer(subject, { subject, data, headers: new Map() });
     if (reply instanceof Error) throw reply;
     return { subject: 'reply', data: new TextEncoder().encode(JSON.stringify(reply)) } as unknown as Msg;
   }
@@ -90,13 +130,12 @@ function failure(outcome: PublishOutcome | undefined): { kind: string; message: 
 
 describe('NatsTransport publish', () => {
   it('sends the event id as Nats-Msg-Id, the envelope in txbox-* headers and the payload as JSON', async () => {
-    const { transport, nc, publish } = await scripted(() => ({ stream: 'ORDERS', seq: 1 }), { streams: { orders: 'ORDERS' }, publishTimeoutMs: 1234 });
+    const { transport, nc, publish } = await scripted(() => ({ stream: 'ORDERS', seq: 1 }), { streams: { orders: 'ORDERS' } });
     const [outcome] = await publish([event()]);
     assert.deepEqual(outcome, { ok: true });
     const sent = nc.sent[0]!;
     assert.equal(sent.subject, 'txbox.orders');
     assert.equal(new TextDecoder().decode(sent.data), '{"total":5}');
-    assert.equal(sent.timeout, 1234);
     assert.deepEqual(Object.fromEntries(sent.headers), {
       traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
       [NATS_HEADERS.type]: 'OrderCreated',
@@ -137,7 +176,7 @@ describe('NatsTransport publish', () => {
 
   it('classifies broker errors', async () => {
     const cases: [string, Reply, 'retriable' | 'permanent', RegExp][] = [
-      ['timeout', new errors.TimeoutError(), 'retriable', /no JetStream ack .* within 5000 ms \(publishTimeoutMs\)/],
+      ['timeout', new errors.TimeoutError(), 'retriable', /no JetStream ack .* within 100 ms \(publishTimeoutMs\)/],
       ['closed', new errors.ClosedConnectionError(), 'retriable', /closed or reconnecting/],
       ['leader election', apiError(503, 10008, 'JetStream system temporarily unavailable'), 'retriable', /temporarily unavailable .*10008/],
       ['store failure', apiError(503, 10077, 'maximum messages exceeded'), 'retriable', /maximum messages exceeded/],
@@ -155,7 +194,7 @@ describe('NatsTransport publish', () => {
       ['unknown', new Error('boom'), 'retriable', /boom/],
     ];
     for (const [name, reply, kind, text] of cases) {
-      const { transport, publish } = await scripted(() => reply, { streams: { orders: 'ORDERS' } });
+      const { transport, publish } = await scripted(() => reply, { streams: { orders: 'ORDERS' }, publishTimeoutMs: 100 });
       const f = failure((await publish([event()]))[0]);
       assert.equal(f.kind, kind, `${name}: ${f.message}`);
       assert.match(f.message, text, name);
@@ -187,8 +226,8 @@ describe('NatsTransport publish', () => {
     await t.transport.close();
 
     // A timeout on a subject no stream captures (a plain subscriber listens there) is unroutable too.
-    t = await scripted(() => new errors.TimeoutError(), {}, noStream);
-    assert.match(failure((await t.publish([event()]))[0]).message, /unroutable.*no ack within 5000 ms/);
+    t = await scripted(() => new errors.TimeoutError(), { publishTimeoutMs: 100 }, noStream);
+    assert.match(failure((await t.publish([event()]))[0]).message, /unroutable.*no ack within 100 ms/);
     await t.transport.close();
   });
 

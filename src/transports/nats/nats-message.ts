@@ -1,8 +1,8 @@
 /**
  * One event as a JetStream message: the payload as JSON in the body, the
  * envelope's other fields in `txbox-*` headers, the event's own headers
- * (trace context) as they are. `Nats-Msg-Id` and `Nats-Expected-Stream` are
- * added by the JetStream client from the publish options. `parseNatsMessage`
+ * (trace context) as they are, and `Nats-Msg-Id` (the event id) and
+ * `Nats-Expected-Stream` for JetStream. `parseNatsMessage`
  * reads such a message back into the envelope.
  */
 import { headers as natsHeaders, type MsgHdrs } from '@nats-io/transport-node';
@@ -24,7 +24,7 @@ export const HEADER = {
 export interface NatsMessage {
   readonly headers: MsgHdrs;
   readonly body: Uint8Array;
-  /** Body plus encoded headers (including the two the client adds): what the server compares with max_payload. */
+  /** Body plus encoded headers: what the server compares with max_payload. */
   readonly bytes: number;
 }
 
@@ -53,8 +53,14 @@ export function buildMessage(event: OutboxEvent, expectedStream: string | null):
   const body = Buffer.from(json ?? 'null', 'utf8');
   const h = natsHeaders();
   // append, not set: names are distinct here, and set() first searches for the name to delete.
+  // Nats-Msg-Id: the stream drops a re-publish within its duplicate window. Nats-Expected-Stream:
+  // the stream that stores the message must be this one, or the publish fails (err_code 10060).
+  h.append(HEADER.msgId, event.id);
   let headerBytes = HEADER_FRAME_BYTES + entryBytes(HEADER.msgId, event.id);
-  if (expectedStream !== null) headerBytes += entryBytes(HEADER.expectedStream, expectedStream);
+  if (expectedStream !== null) {
+    h.append(HEADER.expectedStream, expectedStream);
+    headerBytes += entryBytes(HEADER.expectedStream, expectedStream);
+  }
   let contentType = 'application/json';
   const eventHeaders = event.headers ?? {};
   for (const name in eventHeaders) {

@@ -1,9 +1,10 @@
-import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager, type JetStreamPublishOptions } from '@nats-io/jetstream';
+import { connect, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
+import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import type { OutboxEvent } from '../../core/envelope.ts';
 import { AbortedError, ConfigError } from '../../core/errors.ts';
 import { TypedEmitter } from '../../core/emitter.ts';
 import type { PublishOutcome, Transport } from '../../core/ports.ts';
+import { AckFailure, JetStreamAcks, type AckResult } from './nats-acks.ts';
 import { buildMessage } from './nats-message.ts';
 import { ACK, classifyPublishError, connectFailure, fail, findError, jetStreamCheckFailure, messageOf, unroutable, type PublishFailureContext } from './nats-outcomes.ts';
 import { keyToken, subjectProblem } from './nats-subjects.ts';
@@ -31,7 +32,8 @@ type Route = { readonly ok: true; readonly subject: string; readonly stream: str
 /** An open connection and the clients made from it. */
 interface Session {
   readonly nc: NatsConnection;
-  readonly js: JetStreamClient;
+  /** Publishes with their acks on one reply subscription. */
+  readonly acks: JetStreamAcks;
   readonly jsm: JetStreamManager;
   readonly owned: boolean;
   /** False between a disconnect and the next reconnect. */
@@ -113,6 +115,7 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
     this.#session = null;
     if (!session) return;
     session.stopWatching();
+    session.acks.close(new AckFailure('JetStreamError', 'the NATS transport closed before the ack'));
     if (session.owned) await session.nc.close().catch(() => {});
   }
 
@@ -145,9 +148,10 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
       await untilAborted(jsm.getAccountInfo(), signal).catch((err: unknown) => {
         throw err instanceof AbortedError ? err : jetStreamCheckFailure(err, o.serversDisplay, o.credentials, o.publishTimeoutMs);
       });
-      const session: Session = { nc, jsm, js: jetstream(nc, { timeout: o.publishTimeoutMs }), owned, connected: true, stopWatching: () => {} };
+      const session: Session = { nc, jsm, acks: new JetStreamAcks(nc), owned, connected: true, stopWatching: () => {} };
       this.#watch(session);
       this.#session?.stopWatching();
+      this.#session?.acks.close(new AckFailure('JetStreamError', 'the NATS connection was replaced before the ack'));
       this.#session = session;
       return session;
     } catch (err) {
@@ -165,6 +169,11 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
         if (s.type === 'disconnect') session.connected = false;
         else if (s.type === 'reconnect') session.connected = true;
         else if (s.type === 'close') session.connected = false;
+        // A publish the server refused (permissions) gets no ack: fail the waiting publishes to that subject now.
+        if (s.type === 'error' && s.error?.name === 'PermissionViolationError') {
+          const pv = s.error as Error & { operation?: string; subject?: string };
+          if (pv.operation === 'publish' && pv.subject) session.acks.failSubject(pv.subject, pv);
+        }
         if (s.type === 'disconnect' || s.type === 'reconnect' || s.type === 'ldm') this.emit('connection', { status: s.type, server: redactServer(s.server) });
         else if (s.type === 'error') this.emit('connection', { status: 'error', error: messageOf(s.error) });
         else if (s.type === 'close') this.emit('connection', { status: 'close' });
@@ -173,7 +182,6 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
   }
 
   async #publishAll(events: readonly OutboxEvent[], signal: AbortSignal): Promise<PublishOutcome[]> {
-    const outcomes = new Array<PublishOutcome | undefined>(events.length);
     const aborted = (): PublishOutcome => fail('retriable', "aborted: the caller's signal ended the publish before JetStream acked");
     if (signal.aborted) return events.map(aborted);
     let session: Session;
@@ -183,15 +191,52 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
       const outcome = err instanceof AbortedError ? aborted() : fail('retriable', `cannot publish: ${messageOf(err)}`, err);
       return events.map(() => outcome);
     }
+    const o = this.#options;
+    const outcomes = new Array<PublishOutcome | Promise<PublishOutcome> | undefined>(events.length);
+    const tokens = new Map<string, number>();
     const routeChecks = new Map<string, Promise<'none' | 'found' | 'unknown'>>();
-    const all = Promise.all(events.map((e, i) => this.#publishOne(session, e, routeChecks).then((o) => (outcomes[i] ??= o))));
-    await untilAborted(all, signal).catch(() => {});
-    return Array.from(outcomes, (o) => o ?? aborted());
+    let waiting = 0;
+    let allAcked: () => void = () => {};
+    const acked = new Promise<void>((resolve) => (allAcked = resolve));
+    for (let i = 0; i < events.length; i++) {
+      const prepared = this.#prepare(session, events[i]!);
+      if ('outcome' in prepared) {
+        outcomes[i] = prepared.outcome;
+        continue;
+      }
+      waiting++;
+      const settle = (result: AckResult): void => {
+        outcomes[i] = this.#outcome(session, events[i]!, prepared.ctx, prepared.subject, result, routeChecks);
+        if (--waiting === 0) allAcked();
+      };
+      tokens.set(session.acks.publish(prepared.subject, prepared.body, prepared.headers, settle), i);
+    }
+    if (waiting > 0) {
+      // One timer per call: what has no ack by then fails as a timeout (retriable, and checked for a missing stream).
+      let timer: NodeJS.Timeout | undefined;
+      const timedOut = new Promise<void>((resolve) => (timer = setTimeout(resolve, o.publishTimeoutMs)));
+      await untilAborted(Promise.race([acked, timedOut]), signal).catch(() => {});
+      clearTimeout(timer);
+      if (waiting > 0) {
+        let timeout: AckFailure | undefined;
+        for (const [token, i] of tokens) {
+          if (signal.aborted) {
+            if (session.acks.forget(token)) outcomes[i] = aborted();
+          } else {
+            session.acks.cancel(token, (timeout ??= new AckFailure('TimeoutError', 'timeout')));
+          }
+        }
+      }
+    }
+    const settled = await untilAborted(Promise.all(outcomes.map((x) => x ?? aborted())), signal).catch(() => null);
+    if (settled) return settled;
+    return Promise.all(outcomes.map((x) => (x instanceof Promise || x === undefined ? aborted() : x)));
   }
 
-  async #publishOne(session: Session, event: OutboxEvent, routeChecks: Map<string, Promise<'none' | 'found' | 'unknown'>>): Promise<PublishOutcome> {
+  /** The route, subject and message of one event, or the outcome that it cannot be published. */
+  #prepare(session: Session, event: OutboxEvent): { readonly outcome: PublishOutcome } | { readonly subject: string; readonly body: Uint8Array; readonly headers: MsgHdrs; readonly ctx: PublishFailureContext } {
     const route = this.#route(event.destination);
-    if (!route.ok) return route.outcome;
+    if (!route.ok) return { outcome: route.outcome };
     const o = this.#options;
     const subject = o.keyInSubject ? `${route.subject}.${keyToken(event.key)}` : route.subject;
     const ctx: PublishFailureContext = {
@@ -203,28 +248,31 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
       credentials: o.credentials,
     };
     const built = buildMessage(event, route.stream);
-    if (!built.ok) return fail('permanent', `cannot publish to subject ${route.subject} (destination ${JSON.stringify(event.destination)}): ${built.reason}`);
+    if (!built.ok) return { outcome: fail('permanent', `cannot publish to subject ${route.subject} (destination ${JSON.stringify(event.destination)}): ${built.reason}`) };
     const { message } = built;
     const max = session.nc.info?.max_payload;
     if (max !== undefined && message.bytes > max) {
-      return fail(
-        'permanent',
-        `message too large: ${message.bytes} bytes with headers, over the server's max_payload of ${max} bytes (subject ${route.subject}); store large data elsewhere and put a reference in the event, or raise max_payload on every server`,
-      );
+      return {
+        outcome: fail(
+          'permanent',
+          `message too large: ${message.bytes} bytes with headers, over the server's max_payload of ${max} bytes (subject ${route.subject}); store large data elsewhere and put a reference in the event, or raise max_payload on every server`,
+        ),
+      };
     }
-    const options: Partial<JetStreamPublishOptions> = { msgID: event.id, headers: message.headers, timeout: o.publishTimeoutMs };
-    if (route.stream !== null) options.expect = { streamName: route.stream };
-    try {
-      const ack = await session.js.publish(subject, message.body, options);
-      if (ack.duplicate) this.emit('duplicate', { id: event.id, stream: ack.stream, seq: ack.seq });
+    return { subject, body: message.body, headers: message.headers, ctx };
+  }
+
+  /** The outcome of one publish from its ack or failure; a failure that may mean "no stream captures the subject" is checked with JetStream. */
+  #outcome(session: Session, event: OutboxEvent, ctx: PublishFailureContext, subject: string, result: AckResult, routeChecks: Map<string, Promise<'none' | 'found' | 'unknown'>>): PublishOutcome | Promise<PublishOutcome> {
+    if (result.ok) {
+      if (result.ack.duplicate) this.emit('duplicate', { id: event.id, stream: result.ack.stream, seq: result.ack.seq });
       return ACK;
-    } catch (err) {
-      const failure = classifyPublishError(err, ctx);
-      if (!failure.checkRoute || !session.connected) return { ok: false, error: failure.error };
-      let check = routeChecks.get(subject);
-      if (!check) routeChecks.set(subject, (check = this.#streamFor(session, subject)));
-      return (await check) === 'none' ? { ok: false, error: unroutable(ctx, failure) } : { ok: false, error: failure.error };
     }
+    const failure = classifyPublishError(result.error, ctx);
+    if (!failure.checkRoute || !session.connected) return { ok: false, error: failure.error };
+    let check = routeChecks.get(subject);
+    if (!check) routeChecks.set(subject, (check = this.#streamFor(session, subject)));
+    return check.then((found): PublishOutcome => (found === 'none' ? { ok: false, error: unroutable(ctx, failure) } : { ok: false, error: failure.error }));
   }
 
   /**
