@@ -1,7 +1,8 @@
 /**
  * The broker transports of the benchmarks, built from a JSON-serializable
  * spec, so that a relay in a child process (bench/relay-worker.ts) publishes
- * through exactly the transport the parent set up.
+ * through exactly the transport the parent set up. BENCH_RABBITMQ_CHANNELS
+ * sets the RabbitMQ transport's `channels`.
  */
 import type { Transport } from 'txbox';
 
@@ -34,7 +35,8 @@ export async function brokerTransport(spec: BrokerSpec): Promise<Transport> {
     case 'rabbitmq': {
       const { RabbitMqTransport } = await import('txbox/rabbitmq');
       // The default exchange routes by queue name.
-      return new RabbitMqTransport({ url: RABBITMQ_URL, destinations: { orders: { exchange: '', routingKey: spec.queue } } });
+      const channels = process.env.BENCH_RABBITMQ_CHANNELS ? { channels: Number(process.env.BENCH_RABBITMQ_CHANNELS) } : {};
+      return new RabbitMqTransport({ url: RABBITMQ_URL, destinations: { orders: { exchange: '', routingKey: spec.queue } }, ...channels });
     }
   }
 }

@@ -16,9 +16,10 @@ export type KafkaCompression = 'none' | 'gzip' | 'snappy' | 'lz4' | 'zstd';
 /** One message ready to produce. `bytes` is an upper bound of its size in a record batch, framing included. */
 export interface KafkaRecord {
   readonly topic: string;
-  readonly key: Buffer;
-  readonly value: Buffer;
-  readonly headers: Readonly<Record<string, Buffer>>;
+  /** Strings, not Buffers: kafkajs writes strings straight into its request buffer, where a Buffer is one more copy. */
+  readonly key: string;
+  readonly value: string;
+  readonly headers: Readonly<Record<string, string>>;
   readonly bytes: number;
 }
 
@@ -117,7 +118,7 @@ async function send(producer: Producer, records: readonly KafkaRecord[], o: Reso
   const byTopic = new Map<string, Message[]>();
   for (const r of records) {
     const list = byTopic.get(r.topic);
-    const message: Message = { key: r.key, value: r.value, headers: r.headers as Record<string, Buffer> };
+    const message: Message = { key: r.key, value: r.value, headers: r.headers as Record<string, string> };
     if (list) list.push(message);
     else byTopic.set(r.topic, [message]);
   }

@@ -41,14 +41,13 @@ export function buildKafkaRecord(event: OutboxEvent, topic: string): BuiltRecord
   } catch (err) {
     return { ok: false, reason: `the payload cannot be serialized to JSON (${err instanceof Error ? err.message : String(err)})` };
   }
-  const key = Buffer.from(event.key, 'utf8');
-  const value = Buffer.from(json ?? 'null', 'utf8');
-  const headers: Record<string, Buffer> = {};
-  let bytes = BATCH_OVERHEAD + RECORD_OVERHEAD + key.length + value.length;
+  const key = event.key;
+  const value = json ?? 'null';
+  const headers: Record<string, string> = {};
+  let bytes = BATCH_OVERHEAD + RECORD_OVERHEAD + Buffer.byteLength(key, 'utf8') + Buffer.byteLength(value, 'utf8');
   const add = (name: string, text: string): void => {
-    const v = Buffer.from(text, 'utf8');
-    headers[name] = v;
-    bytes += HEADER_OVERHEAD + Buffer.byteLength(name, 'utf8') + v.length;
+    headers[name] = text;
+    bytes += HEADER_OVERHEAD + Buffer.byteLength(name, 'utf8') + Buffer.byteLength(text, 'utf8');
   };
   let contentType = DEFAULT_CONTENT_TYPE;
   const own = event.headers ?? {};
