@@ -2,15 +2,21 @@
  * Drain a backlog through the HTTP transport (one POST per event, keep-alive
  * pool) to an in-process node:http receiver answering 204, next to the same
  * drain to a no-op transport in the same run. The relay runs in a child
- * process; the receiver in this one.
+ * process (bench/relay-worker.ts, under tsx); the receiver in this one.
+ * Then the same HTTP drain through the production entry point, `txbox relay`
+ * compiled to dist/ (built first with `npm run build`) and run by plain
+ * node, sampling its RSS from /proc: the relay's memory without the tsx
+ * loader, which adds about 30 MB to the worker's.
  *
  *   node --conditions=development --import tsx bench/http-drain.ts
  *
  * Settings: BENCH_EVENTS (200000), BENCH_KEYS (1000), BENCH_BATCH (500), BENCH_LANES (2).
  */
+import { execFileSync, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Backlog, envInt, fmtInt, log, mb, pct, perSec, summary, withBench, type Bench } from './lib.ts';
+import { Backlog, DATABASE_URL, envInt, fmtInt, log, mb, pct, perSec, summary, withBench, type Bench } from './lib.ts';
 import { startRelayWorker, type RelayWorkerResult } from './relay-process.ts';
 
 const EVENTS = envInt('BENCH_EVENTS', 200_000);
@@ -27,6 +33,37 @@ async function drain(bench: Bench, backlog: Backlog, transport: { kind: 'noop' }
       (r.errors.length ? `; errors ${r.errors.join(' | ')}` : ''),
   );
   return r;
+}
+
+/** VmRSS of a process, in bytes (0 once it has gone). */
+function rssOf(pid: number): number {
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) * 1024 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** The same HTTP drain through `node dist/cli/main.js relay`, until the receiver has `expect` more requests; then SIGTERM. */
+async function drainWithCli(bench: Bench, backlog: Backlog, url: string, received: () => number): Promise<{ ms: number; rssMax: number }> {
+  await backlog.restore();
+  const start = received();
+  const args = ['dist/cli/main.js', 'relay', '--transport', 'http', '--endpoint', `orders=${url}`, '--database-url', DATABASE_URL, '--schema', bench.schema,
+    '--batch-size', String(BATCH), '--lanes', String(LANES), '--keep-published', 'off', '--log-level', 'warn'];
+  const child = spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] });
+  const started = performance.now();
+  let rssMax = 0;
+  while (received() - start < EVENTS) {
+    if (child.exitCode !== null) throw new Error(`txbox relay exited with code ${child.exitCode}`);
+    rssMax = Math.max(rssMax, rssOf(child.pid!));
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const ms = performance.now() - started;
+  child.kill('SIGTERM');
+  await new Promise((resolve) => child.once('exit', resolve));
+  log(`txbox relay (dist, no tsx) -> http: ${fmtInt(EVENTS)} in ${(ms / 1000).toFixed(2)} s = ${fmtInt(perSec(EVENTS, ms))} events/s (process start included); max RSS ${mb(rssMax)} MB`);
+  return { ms, rssMax };
 }
 
 await withBench('httpdrain', async (bench) => {
@@ -48,11 +85,17 @@ await withBench('httpdrain', async (bench) => {
     const noop = await drain(bench, backlog, { kind: 'noop' });
     const before = requests;
     const http = await drain(bench, backlog, { kind: 'http', url });
-    requests -= before;
+    const got = requests - before;
     const noopRate = perSec(noop.published, noop.ms);
     const httpRate = perSec(http.published, http.ms);
-    log(`receiver got ${fmtInt(requests)} requests`);
-    summary('http-drain', `HTTP ${fmtInt(httpRate)} events/s vs no-op ${fmtInt(noopRate)} events/s (${pct(httpRate / noopRate)}); relay max RSS ${mb(http.rssMax)} MB; receiver got ${fmtInt(requests)} requests`);
+    log(`receiver got ${fmtInt(got)} requests`);
+    execFileSync('npm', ['run', 'build'], { stdio: 'ignore' });
+    const cli = await drainWithCli(bench, backlog, url, () => requests);
+    summary(
+      'http-drain',
+      `HTTP ${fmtInt(httpRate)} events/s vs no-op ${fmtInt(noopRate)} events/s (${pct(httpRate / noopRate)}); relay max RSS ${mb(http.rssMax)} MB under tsx, ` +
+        `${mb(cli.rssMax)} MB as txbox relay (dist); receiver got ${fmtInt(got)} requests`,
+    );
   } finally {
     await new Promise<void>((resolve) => server.close(() => resolve()));
   }
