@@ -292,6 +292,24 @@ describe('NatsTransport publish', () => {
     await transport.close();
   });
 
+  it('matches acks by token: an ack after publishTimeoutMs is ignored and never settles a later publish', async () => {
+    let call = 0;
+    const { transport, publish } = await scripted(
+      async () => {
+        const mine = ++call;
+        // The first publish is acked late, while the second call waits for its own ack.
+        await new Promise((r) => setTimeout(r, mine === 1 ? 150 : 300));
+        return mine === 1 ? { stream: 'S', seq: 1 } : apiError(400, 10109, 'invalid operation on sealed stream');
+      },
+      { publishTimeoutMs: 100 },
+    );
+    const [first] = await publish([event()]);
+    assert.match(failure(first).message, /no JetStream ack .* within 100 ms/);
+    const [second] = await publish([event({ id: 'second' })]);
+    assert.match(failure(second).message, /no JetStream ack .* within 100 ms/, 'the late ack of the first publish did not count as the second one');
+    await transport.close();
+  });
+
   it('resolves waiting events as retriable when the signal aborts', async () => {
     const { transport, nc } = await scripted(() => new Promise(() => {}));
     const controller = new AbortController();

@@ -71,7 +71,7 @@ function credentialHint(c: NatsCredentialSetting): string {
   return c === null ? 'the credentials (user/pass, token or authenticator)' : c === 'servers' ? 'the credentials in servers' : c;
 }
 
-/** Classifies an error thrown by `js.publish()`. */
+/** Classifies the failure of a JetStream publish: a nats.js error, or an `AckFailure` (nats-acks.ts) named like one. */
 export function classifyPublishError(err: unknown, c: PublishFailureContext): ClassifiedFailure {
   const retriable = (message: string, symptom?: string): ClassifiedFailure =>
     symptom === undefined
