@@ -62,11 +62,6 @@ export class JetStreamAcks {
     this.#sub = nc.subscribe(`${this.#prefix}*`, { callback: (err, msg) => this.#onReply(err, msg) });
   }
 
-  /** Acks still awaited. */
-  get pending(): number {
-    return this.#pending.size;
-  }
-
   /**
    * Publishes `body` to `subject` and calls `settle` once with the stream's
    * ack or the failure. Returns a token for `cancel`.
@@ -130,7 +125,7 @@ export class JetStreamAcks {
 }
 
 /** The stream's answer to one publish. */
-export function parseAck(msg: Pick<Msg, 'data' | 'headers'>, subject: string): AckResult {
+function parseAck(msg: Pick<Msg, 'data' | 'headers'>, subject: string): AckResult {
   const h = msg.headers;
   if (msg.data.length === 0 && h?.hasError) {
     if (h.code === 503) return { ok: false, error: new AckFailure('NoResponders', `no responders: '${subject}'`) };

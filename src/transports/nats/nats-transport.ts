@@ -1,6 +1,7 @@
 import { connect, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import type { OutboxEvent } from '../../core/envelope.ts';
+import { untilAborted as waitUnlessAborted } from '../../core/abort.ts';
 import { AbortedError, ConfigError } from '../../core/errors.ts';
 import { TypedEmitter } from '../../core/emitter.ts';
 import type { PublishOutcome, Transport } from '../../core/ports.ts';
@@ -311,19 +312,7 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
 /** Settles with `promise`, or rejects with AbortedError when `signal` aborts first. */
 function untilAborted<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
   if (!signal) return promise;
-  if (signal.aborted) return Promise.reject(new AbortedError());
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = (): void => reject(new AbortedError());
-    signal.addEventListener('abort', onAbort, { once: true });
-    promise.then(
-      (v) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(v);
-      },
-      (err: unknown) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(err);
-      },
-    );
+  return waitUnlessAborted(promise, signal).catch((err: unknown) => {
+    throw signal.aborted && err === signal.reason ? new AbortedError() : err;
   });
 }
