@@ -6,7 +6,6 @@
 import { after, before, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { uuidv7 } from 'txbox';
 import { HttpTransport, generateWebhookSecret } from 'txbox/http';
@@ -25,21 +24,20 @@ after(async () => {
   await db.close();
 });
 
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const port = (srv.address() as { port: number }).port;
-  await new Promise((r) => srv.close(r));
-  return port;
-}
-
-function startConsumer(port: number, secret: string, crash: boolean) {
+/**
+ * Starts the consumer process on a port of its own choosing (port 0): a port picked here and
+ * handed over could be taken by another process in between. `ready` resolves with its base URL.
+ */
+function startConsumer(secret: string, crash: boolean) {
   const child = spawn(process.execPath, ['--conditions=development', '--import', 'tsx', FIXTURE], {
-    env: { ...process.env, DATABASE_URL, SCHEMA: db.schema, PORT: String(port), SECRET: secret, CRASH_AFTER_COMMIT: crash ? '1' : '' },
+    env: { ...process.env, DATABASE_URL, SCHEMA: db.schema, PORT: '0', SECRET: secret, CRASH_AFTER_COMMIT: crash ? '1' : '' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
-  const ready = new Promise<void>((resolve, reject) => {
-    child.stdout.on('data', (d: Buffer) => d.toString().includes('listening') && resolve());
+  const ready = new Promise<string>((resolve, reject) => {
+    child.stdout.on('data', (d: Buffer) => {
+      const m = /listening (\S+)/.exec(d.toString());
+      if (m) resolve(m[1]!);
+    });
     child.on('exit', (code) => reject(new Error(`consumer exited early (${code})`)));
   });
   const exited = new Promise<NodeJS.Signals | null>((resolve) => child.on('exit', (_c, s) => resolve(s)));
@@ -47,20 +45,20 @@ function startConsumer(port: number, secret: string, crash: boolean) {
 }
 
 it('a consumer killed between commit and ack applies the redelivered event once', { timeout: 60_000 }, async () => {
-  const port = await freePort();
   const secret = generateWebhookSecret();
-  const transport = new HttpTransport({ endpoints: { items: `http://127.0.0.1:${port}/items` }, secret, timeoutMs: 5000 });
+  const sender = (url: string) => new HttpTransport({ endpoints: { items: `${url}/items` }, secret, timeoutMs: 5000 });
   const event = { id: uuidv7(), type: 'Changed', aggregateType: 'Item', aggregateId: '1', key: 'Item:1', destination: 'items', payload: { n: 1 }, headers: {}, occurredAt: new Date(), version: 1 };
 
-  const first = startConsumer(port, secret, true);
-  await first.ready;
-  const [lost] = await transport.publish([event], AbortSignal.timeout(10_000));
+  const first = startConsumer(secret, true);
+  const toFirst = sender(await first.ready);
+  const [lost] = await toFirst.publish([event], AbortSignal.timeout(10_000));
+  await toFirst.close();
   assert.equal(lost!.ok, false, 'the sender got no ack: the consumer died after committing');
   assert.equal(await first.exited, 'SIGKILL');
   assert.equal((await db.query(`SELECT 1 FROM "${db.schema}".effects`)).length, 1, 'the effect committed before the crash');
 
-  const second = startConsumer(port, secret, false);
-  await second.ready;
+  const second = startConsumer(secret, false);
+  const transport = sender(await second.ready);
   try {
     const [acked] = await transport.publish([event], AbortSignal.timeout(10_000));
     assert.equal(acked!.ok, true, acked!.ok ? '' : acked!.error.message);

@@ -11,7 +11,6 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { copyFile, mkdtemp, readdir, readFile, readlink, rm } from 'node:fs/promises';
-import { createServer, connect as tcpConnect, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -20,6 +19,7 @@ import { jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
 import { NatsTransport, NATS_HEADERS } from 'txbox/nats';
 import { runTransportConformance, type Delivered } from 'txbox/testing';
 import { DATABASE_URL } from '../helpers/databases.ts';
+import { canConnect, freePort } from '../helpers/ports.ts';
 
 const NATS_BIN = '/usr/sbin/nats-server';
 const NATS_ARGS = ['-a', '127.0.0.1', '-p', '4222', '-js', '-sd', '/var/lib/nats-server', '-l', '/var/log/nats-server.log'];
@@ -163,16 +163,6 @@ async function isAlive(pid: number): Promise<boolean> {
   }
 }
 
-function canConnect(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = tcpConnect({ host: '127.0.0.1', port }, () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.on('error', () => resolve(false));
-  });
-}
-
 async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
@@ -180,14 +170,6 @@ async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs: n
     await sleep(100);
   }
   throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 /** A nats-server that requires user `txbox` with a password, from a copied binary, stopped by `stop()`. */

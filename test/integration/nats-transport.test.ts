@@ -10,7 +10,6 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { copyFile, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer, connect as tcpConnect, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -18,6 +17,7 @@ import { connect, nanos, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager, StorageType, type JetStreamManager } from '@nats-io/jetstream';
 import { ConfigError, TransportError, uuidv7, type OutboxEvent, type PublishOutcome } from 'txbox';
 import { NATS_HEADERS, NatsTransport, parseNatsMessage, type NatsTransportEvents } from 'txbox/nats';
+import { canConnect, freePort } from '../helpers/ports.ts';
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const signal = (): AbortSignal => new AbortController().signal;
@@ -43,24 +43,6 @@ function event(destination: string, overrides: Partial<OutboxEvent> = {}): Outbo
 function failure(outcome: PublishOutcome | undefined): { kind: string; message: string } {
   assert.ok(outcome && !outcome.ok, 'expected a failed outcome');
   return { kind: outcome.error.kind, message: outcome.error.message };
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
-
-function canConnect(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = tcpConnect({ host: '127.0.0.1', port }, () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.on('error', () => resolve(false));
-  });
 }
 
 /** A nats-server child process; `kill()` is SIGKILL, `start()` runs it again with the same arguments. */
