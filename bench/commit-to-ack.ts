@@ -16,7 +16,7 @@ import type { ReceiverMessage } from './receiver-process.ts';
 import { createRelay, type Transport } from 'txbox';
 import { HttpTransport } from 'txbox/http';
 import { pgConnection, PostgresRelayStore } from 'txbox/postgres';
-import { startRelayWorker, type RelayWorker } from './relay-process.ts';
+import { startRelayWorker, type RelayWorker, type RelayWorkerResult } from './relay-process.ts';
 import { benchOutbox, DATABASE_URL, NoopTransport, orderEvent, percentile, resetOutbox, settle, type Bench } from './lib.ts';
 
 export interface LatencyOptions {
@@ -119,6 +119,7 @@ export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promi
   }
   let relay: { stop(): Promise<unknown> };
   let batches = 0;
+  let trace: RelayWorkerResult['trace'];
   if (o.relayInChild && receiver) {
     const worker: RelayWorker = startRelayWorker({
       schema: bench.schema,
@@ -127,12 +128,14 @@ export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promi
       deleteOnPublish: false,
       pollIntervalMs: o.pollIntervalMs,
       transport: { kind: 'http', url: receiver.url },
+      ...(process.env.BENCH_TRACE === '1' ? { trace: true } : {}),
     });
     await worker.started;
     relay = {
       stop: async () => {
         const r = await worker.stop();
         batches = r.batches;
+        if (r.trace) trace = r.trace;
         if (r.errors.length > 0 || r.fenced > 0) console.log(`relay errors: ${r.errors.join(" | ") || "none"}; fenced ${r.fenced}`);
         if (process.env.BENCH_RELAY_DEBUG === '1') {
           console.log(`relay: ${r.claims} claims with events (avg ${(r.claimMs / Math.max(1, r.claims)).toFixed(2)} ms, first tenth ${r.claimMsFirstTenth.toFixed(2)}, last tenth ${r.claimMsLastTenth.toFixed(2)}), ${r.emptyClaims} empty, ${r.completes} completes (avg ${(r.completeMs / Math.max(1, r.completes)).toFixed(2)} ms)`);
@@ -205,6 +208,7 @@ export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promi
     if (a !== undefined) latencies.push(a - t);
   }
   latencies.sort((a, b) => a - b);
+  if (trace) printBreakdown(trace, committedAt, ackedAt);
   return {
     produced: committedAt.size,
     acked: latencies.length,
@@ -221,3 +225,28 @@ export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promi
 }
 
 export const fmtMs = (ms: number): string => (Number.isFinite(ms) ? ms.toFixed(1) : '-');
+
+/**
+ * BENCH_TRACE=1: where the time went, per event: commit to claim sent (waiting
+ * for a lane: notification, poll, or a lane busy with an earlier batch), the
+ * claim query, claim returned to the receiver's timestamp (HTTP), and
+ * received to publish resolved. p50/p99 of each step over all events, and the
+ * mean of each step over the slowest 1%.
+ */
+function printBreakdown(trace: NonNullable<RelayWorkerResult['trace']>, committedAt: Map<string, number>, ackedAt: Map<string, number>): void {
+  const steps = ['commit->claim sent', 'claim query', 'claim->received', 'received->publish resolved'] as const;
+  const rows: { total: number; parts: number[] }[] = [];
+  for (const [id, sent, returned, resolved] of trace) {
+    const c = committedAt.get(id);
+    const a = ackedAt.get(id);
+    if (c === undefined || a === undefined) continue;
+    rows.push({ total: a - c, parts: [sent - c, returned - sent, a - returned, resolved - a] });
+  }
+  rows.sort((x, y) => x.total - y.total);
+  const slow = rows.slice(Math.floor(rows.length * 0.99));
+  for (let i = 0; i < steps.length; i++) {
+    const xs = rows.map((r) => r.parts[i]!).sort((a, b) => a - b);
+    const slowMean = slow.reduce((a, r) => a + r.parts[i]!, 0) / Math.max(1, slow.length);
+    console.log(`  ${steps[i]!.padEnd(28)} p50 ${fmtMs(percentile(xs, 50))} ms  p99 ${fmtMs(percentile(xs, 99))} ms  mean over slowest 1%: ${fmtMs(slowMean)} ms`);
+  }
+}

@@ -23,6 +23,8 @@ export interface RelayWorkerConfig {
    * turn into a nested loop over (buckets x batch).
    */
   readonly complete?: 'src' | 'any-array';
+  /** Record, per event id, wall-clock claim start, claim end and publish end (returned as `trace`). */
+  readonly trace?: boolean;
 }
 
 export interface RelayWorkerResult {
@@ -49,6 +51,8 @@ export interface RelayWorkerResult {
   readonly fenced: number;
   /** Relay errors that were PostgreSQL deadlocks (any phase). */
   readonly deadlocks: number;
+  /** With `trace`: [event id, claim sent, claim returned, publish resolved], wall-clock ms. */
+  readonly trace?: readonly (readonly [string, number, number, number])[];
 }
 
 export type RelayWorkerMessage =

@@ -43,6 +43,8 @@ class TimedRelayStore implements RelayStore {
   completeMs = 0;
   completes = 0;
   readonly prune?: (olderThanMs: number, limit: number) => Promise<number>;
+  /** With tracing: event id -> [claim sent, claim returned] (wall clock). */
+  claimedAt: Map<string, [number, number]> | null = null;
   /** Claims wait for this (the parent's `go`) when set. */
   gate: Promise<void> | null = null;
   constructor(
@@ -69,6 +71,10 @@ class TimedRelayStore implements RelayStore {
     if (this.gate) await this.gate;
     const t = performance.now();
     const events = await this.inner.claim(leases, options);
+    if (this.claimedAt) {
+      const end = performance.now();
+      for (const e of events) this.claimedAt.set(e.id, [performance.timeOrigin + t, performance.timeOrigin + end]);
+    }
     if (events.length === 0) this.emptyClaims++;
     else this.claims.push(performance.now() - t);
     return events;
@@ -108,6 +114,21 @@ async function makeTransport(config: RelayWorkerConfig): Promise<Transport> {
   return new HttpTransport({ endpoints: { orders: config.transport.url }, timeoutMs: 10_000, ...(process.env.BENCH_HTTP_MAX_SOCKETS ? { maxSockets: Number(process.env.BENCH_HTTP_MAX_SOCKETS) } : {}) });
 }
 
+/** Records when each event's publish call resolved (wall clock). */
+function traced(inner: Transport, at: Map<string, number>): Transport {
+  return {
+    name: inner.name,
+    ...(inner.start ? { start: (signal: AbortSignal) => inner.start!(signal) } : {}),
+    async publish(events, signal) {
+      const outcomes = await inner.publish(events, signal);
+      const t = performance.timeOrigin + performance.now();
+      for (const e of events) at.set(e.id, t);
+      return outcomes;
+    },
+    close: () => inner.close(),
+  };
+}
+
 function send(message: RelayWorkerMessage): void {
   process.send?.(message);
 }
@@ -120,7 +141,9 @@ async function main(): Promise<void> {
     config.complete === 'any-array'
       ? new TimedRelayStore(inner, { sql: anyArrayComplete(config.schema, config.deleteOnPublish), db: connection })
       : new TimedRelayStore(inner);
-  const transport = await makeTransport(config);
+  const published = new Map<string, number>();
+  const transport = config.trace ? traced(await makeTransport(config), published) : await makeTransport(config);
+  if (config.trace) store.claimedAt = new Map();
   let openGate: () => void = () => {};
   if (config.gated) store.gate = new Promise<void>((resolve) => (openGate = resolve));
   const relay = createRelay({
@@ -149,7 +172,7 @@ async function main(): Promise<void> {
     const what = `retry: ${e.error.slice(0, 120)}`;
     errorCounts[what] = (errorCounts[what] ?? 0) + 1;
   });
-  let published = 0;
+  let publishedCount = 0;
   let batches = 0;
   let doneAt: number | undefined;
   let finish: () => void = () => {};
@@ -158,10 +181,10 @@ async function main(): Promise<void> {
   const memory = new MemorySampler(100);
   const started = performance.now();
   relay.on('batch', (b) => {
-    published += b.published;
+    publishedCount += b.published;
     batches++;
-    if (config.progress) send({ type: 'progress', published });
-    if (config.expect !== undefined && doneAt === undefined && published >= config.expect) {
+    if (config.progress) send({ type: 'progress', published: publishedCount });
+    if (config.expect !== undefined && doneAt === undefined && publishedCount >= config.expect) {
       doneAt = performance.now();
       finish();
     }
@@ -183,7 +206,7 @@ async function main(): Promise<void> {
   const tenth = Math.max(1, Math.floor(claims.length / 10));
   const avg = (xs: number[]): number => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
   const result: RelayWorkerResult = {
-    published,
+    published: publishedCount,
     ms: (doneAt ?? performance.now()) - started,
     batches,
     claims: claims.length,
@@ -199,8 +222,12 @@ async function main(): Promise<void> {
     errors: Object.entries(errorCounts).map(([what, n]) => `${what} (x${n})`),
     fenced,
     deadlocks,
+    ...(store.claimedAt
+      ? { trace: [...store.claimedAt].map(([id, [sent, returned]]) => [id, sent, returned, published.get(id) ?? Number.NaN] as const) }
+      : {}),
   };
-  send({ type: 'result', result });
+  // Disconnect only once the (possibly large, with a trace) message has been written.
+  await new Promise<void>((resolve) => (process.send ? process.send({ type: 'result', result } satisfies RelayWorkerMessage, undefined, {}, () => resolve()) : resolve()));
   process.disconnect?.();
   // The process should now exit by itself; if something still holds it open, say what, then leave.
   setTimeout(() => {

@@ -18,10 +18,22 @@ export interface OutboxEvent<TPayload = unknown, TType extends string = string> 
   readonly key: string;
   readonly destination: string;
   readonly payload: TPayload;
+  /**
+   * The payload as JSON text, when the event was read from a store that has
+   * it (the relay's claim): transports send it as it is instead of
+   * serializing `payload` again, and `payload` is parsed from it only when
+   * read. Absent on events built in code; then transports serialize `payload`.
+   */
+  readonly payloadJson?: string;
   readonly headers: EventHeaders;
   readonly occurredAt: Date;
   /** Per-aggregate version, increasing; null when the producer does not track one. */
   readonly version: number | null;
+}
+
+/** The payload as JSON text: the stored text when the event has it, else `JSON.stringify(payload)` (which throws on a cycle or a bigint). */
+export function payloadText(event: OutboxEvent): string {
+  return event.payloadJson ?? JSON.stringify(event.payload) ?? 'null';
 }
 
 /** An outbox event together with the relay's bookkeeping for it. */

@@ -31,7 +31,7 @@ export class InboxQueue {
       aggregateId: e.aggregateId,
       key: e.key,
       destination: e.destination,
-      payloadJson: JSON.stringify(e.payload ?? null),
+      payloadJson: e.payloadJson ?? JSON.stringify(e.payload ?? null),
       headers: e.headers,
       occurredAt: e.occurredAt,
       version: e.version,

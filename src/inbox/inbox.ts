@@ -241,7 +241,9 @@ export class Inbox {
     let result = entry.definition.schema['~standard'].validate(event.payload);
     if (result instanceof Promise) result = await result;
     if (result.issues) throw new InvalidPayload(`payload failed ${event.type} schema validation: ${result.issues[0]?.message ?? 'invalid'}`);
-    return { ...event, payload: result.value };
+    // The validated value may differ from the stored text (a schema can transform): drop the text.
+    const { payloadJson: _stale, ...rest } = event;
+    return { ...rest, payload: result.value };
   }
 
   async #processOne(event: OutboxEvent): Promise<{ outcome: InboxOutcome; heldKeys: string[] }> {

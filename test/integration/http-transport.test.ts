@@ -120,6 +120,23 @@ describe('HttpTransport', () => {
     assert.equal(body['occurredAt'], '2025-01-02T03:04:05.678Z');
   });
 
+  it('sends a stored payload text as it is, and the same body as serializing the payload', async () => {
+    const { server, transport } = await setup(answer(204));
+    const parsed = { z: 1, a: { q: 'line\u2028é' }, list: [1, 2.5, null] };
+    const withText = event({ payload: parsed, payloadJson: JSON.stringify(parsed) });
+    const { payloadJson: _text, ...without } = withText;
+    // Text that is not JSON.stringify's own output (an escape, spaces) still goes byte for byte.
+    const odd = '{"q": "\\u00e9", "n": [1, 2]}';
+    const oddEvent = event({ payload: JSON.parse(odd) as unknown, payloadJson: odd });
+    assert.deepEqual(await transport.publish([withText], never), [{ ok: true }]);
+    assert.deepEqual(await transport.publish([without], never), [{ ok: true }]);
+    assert.deepEqual(await transport.publish([oddEvent], never), [{ ok: true }]);
+    const [a, b, c] = server.hits;
+    assert.equal(a!.body.toString(), b!.body.toString());
+    assert.deepEqual((JSON.parse(a!.body.toString()) as { payload: unknown }).payload, parsed);
+    assert.ok(c!.body.toString().includes(`"payload":${odd},"headers"`), c!.body.toString());
+  });
+
   it('sends no signature headers without a secret, but always webhook-id', async () => {
     const { server, transport } = await setup(answer(204));
     const e = event();

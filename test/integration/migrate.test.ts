@@ -1,7 +1,7 @@
 import { after, before, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { postgresMigrations } from 'txbox/postgres';
+import { migratePostgres, pgConnection, postgresMigrations, postgresNames } from 'txbox/postgres';
 import { DATABASE_URL, uniqueSchema } from '../helpers/databases.ts';
 import { runCli } from '../helpers/cli.ts';
 
@@ -41,5 +41,31 @@ it('`txbox migrate --print` emits SQL that applies cleanly with psql-style execu
     assert.equal(rows[0].n, 256);
   } finally {
     await pool.query(`DROP SCHEMA IF EXISTS "${printSchema}" CASCADE`);
+  }
+});
+
+it('migration 004 turns a version-3 jsonb payload column into json and keeps pending events publishable', async () => {
+  const upSchema = uniqueSchema('up');
+  const connection = pgConnection({ connectionString: DATABASE_URL, maxConnections: 2 });
+  const names = postgresNames({ schema: upSchema });
+  try {
+    const all = postgresMigrations();
+    assert.ok(all.some((m) => m.name === '004_payload_json.sql'));
+    await migratePostgres(connection, names, all.filter((m) => m.name < '004'));
+    const type = async () =>
+      (await pool.query(`SELECT data_type FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'outbox' AND column_name = 'payload'`, [upSchema])).rows[0].data_type;
+    assert.equal(await type(), 'jsonb');
+    await pool.query(
+      `INSERT INTO "${upSchema}".outbox (id, type, aggregate_type, aggregate_id, key, destination, payload) VALUES (gen_random_uuid(), 'T', 'A', '1', 'A:1', 'd', '{"b":1,"a":2}')`,
+    );
+    assert.deepEqual(await migratePostgres(connection, names), ['004_payload_json.sql']);
+    assert.equal(await type(), 'json');
+    // jsonb's text form (its key order and spacing) is what the column now holds: the same JSON value.
+    const { rows } = await pool.query(`SELECT payload::text AS t, state FROM "${upSchema}".outbox`);
+    assert.deepEqual(rows, [{ t: '{"a": 2, "b": 1}', state: 'pending' }]);
+    assert.deepEqual(await migratePostgres(connection, names), []);
+  } finally {
+    await connection.close();
+    await pool.query(`DROP SCHEMA IF EXISTS "${upSchema}" CASCADE`);
   }
 });

@@ -231,6 +231,28 @@ for (const kind of BACKENDS) {
       assert.ok(Date.now() - started < 5_000, 'returned without waiting for the poll interval');
     });
 
+    it('hands transports the payload text as enqueued (key order, no added spaces) and parses payload only on demand', async () => {
+      await db.query(`TRUNCATE "${db.schema}".outbox`);
+      const outbox = setup(db);
+      // Keys out of jsonb's order (shorter first), nesting, unicode and escapes.
+      const payload = { zeta: 1, a: [1, { y: 'é\u2028"q"', b: null }], n: 2 } as unknown as { n: number };
+      const text = JSON.stringify(payload);
+      await db.transaction((tx) => outbox.enqueue(tx, [OrderCreated({ aggregateId: 'bytes', payload }), OrderCreated({ aggregateId: 'bytes', payload: { n: 3 } })]));
+      const transport = new RecordingTransport();
+      const relay = relayFor(db, transport);
+      await relay.start();
+      await waitFor('published', () => transport.acked.length >= 2);
+      await relay.stop();
+      const [first, second] = transport.acked;
+      assert.equal(first!.payloadJson, text);
+      assert.equal(second!.payloadJson, '{"n":3}');
+      assert.deepEqual(first!.payload, payload);
+      assert.deepEqual({ ...first! }.payload, payload, 'a spread copy carries the parsed payload');
+      assert.equal(JSON.stringify(first!.payload), text);
+      const [row] = await db.query<{ t: string }>(`SELECT payload::text AS t FROM "${db.schema}".outbox WHERE id = $1`, [first!.id]);
+      assert.equal(row!.t, text, 'stored as written');
+    });
+
     it('with polling effectively off, notifications alone deliver every event, also with commits landing while lanes claim', async () => {
       await db.query(`TRUNCATE "${db.schema}".outbox`);
       const outbox = setup(db);

@@ -34,7 +34,8 @@ interface EventRow {
   key: string;
   bucket: number;
   destination: string;
-  payload: unknown;
+  /** Text: the claim selects `payload::text`. */
+  payload: string;
   headers: Record<string, string>;
   occurred_at: Date | string;
   version: string | number | null;
@@ -43,6 +44,9 @@ interface EventRow {
 }
 
 export function rowToEvent(r: EventRow): StoredEvent {
+  const json = r.payload;
+  let parsed: unknown;
+  let isParsed = false;
   return {
     seq: Number(r.seq),
     id: r.id,
@@ -52,7 +56,15 @@ export function rowToEvent(r: EventRow): StoredEvent {
     key: r.key,
     bucket: r.bucket,
     destination: r.destination,
-    payload: r.payload,
+    payloadJson: json,
+    // Parsed on first read only: transports send payloadJson as it is.
+    get payload(): unknown {
+      if (!isParsed) {
+        parsed = JSON.parse(json);
+        isParsed = true;
+      }
+      return parsed;
+    },
     headers: r.headers,
     occurredAt: r.occurred_at instanceof Date ? r.occurred_at : new Date(r.occurred_at),
     version: r.version === null ? null : Number(r.version),

@@ -49,8 +49,9 @@ export function postgresNames(options: PostgresNamesOptions = {}, field = ''): P
   });
 }
 
+/** The payload as text: the relay hands it to transports as it is (see `OutboxEvent.payloadJson`). */
 const EVENT_COLUMNS = `o.seq, o.id, o.type, o.aggregate_type, o.aggregate_id, o.key, o.bucket, o.destination,
-  o.payload, o.headers, o.occurred_at, o.version, o.attempts, o.routes_done`;
+  o.payload::text AS payload, o.headers, o.occurred_at, o.version, o.attempts, o.routes_done`;
 
 export { EVENT_COLUMNS };
 
@@ -65,10 +66,10 @@ const INSERT_COLUMNS = 'id, type, aggregate_type, aggregate_id, key, destination
  */
 export function insertEventsSql(n: PostgresNames, notify: boolean, ignoreDuplicates = false, single = false): string {
   const source = single
-    ? `VALUES ($1::uuid, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9::timestamptz, $10::bigint)`
+    ? `VALUES ($1::uuid, $2, $3, $4, $5, $6, $7::json, $8::jsonb, $9::timestamptz, $10::bigint)`
     : `SELECT (e->>'id')::uuid, e->>'type', e->>'aggregateType', e->>'aggregateId', e->>'key', e->>'destination',
-         e->'payload', e->'headers', (e->>'occurredAt')::timestamptz, (e->>'version')::bigint
-  FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS x(e, n)
+         e->'payload', (e->'headers')::jsonb, (e->>'occurredAt')::timestamptz, (e->>'version')::bigint
+  FROM json_array_elements($1::json) WITH ORDINALITY AS x(e, n)
   ORDER BY n`;
   const insert = `INSERT INTO ${n.outbox} (${INSERT_COLUMNS})
   ${source}${ignoreDuplicates ? '\n  ON CONFLICT (id) WHERE replay_id IS NULL DO NOTHING' : ''}`;

@@ -243,18 +243,16 @@ export class PublishCall {
   }
 }
 
-/** The JSON body: the envelope's fields only (a StoredEvent's bookkeeping stays out). */
+/**
+ * The JSON body: the envelope's fields only (a StoredEvent's bookkeeping stays
+ * out). A stored payload's JSON text goes in as it is.
+ */
 function serializeEnvelope(e: OutboxEvent): string {
-  return JSON.stringify({
-    id: e.id,
-    type: e.type,
-    aggregateType: e.aggregateType,
-    aggregateId: e.aggregateId,
-    key: e.key,
-    destination: e.destination,
-    payload: e.payload,
-    headers: e.headers,
-    occurredAt: e.occurredAt.toISOString(),
-    version: e.version ?? null,
-  });
+  const payload = e.payloadJson ?? JSON.stringify(e.payload === undefined ? null : e.payload) ?? 'null';
+  const j = JSON.stringify;
+  return (
+    `{"id":${j(e.id)},"type":${j(e.type)},"aggregateType":${j(e.aggregateType)},"aggregateId":${j(e.aggregateId)},` +
+    `"key":${j(e.key)},"destination":${j(e.destination)},"payload":${payload},"headers":${j(e.headers)},` +
+    `"occurredAt":${j(e.occurredAt.toISOString())},"version":${j(e.version ?? null)}}`
+  );
 }

@@ -37,7 +37,7 @@ export type BuiltRecord = { readonly ok: true; readonly record: KafkaRecord } | 
 export function buildKafkaRecord(event: OutboxEvent, topic: string): BuiltRecord {
   let json: string | undefined;
   try {
-    json = JSON.stringify(event.payload);
+    json = event.payloadJson ?? JSON.stringify(event.payload);
   } catch (err) {
     return { ok: false, reason: `the payload cannot be serialized to JSON (${err instanceof Error ? err.message : String(err)})` };
   }

@@ -46,7 +46,7 @@ const HEADER_FRAME_BYTES = 12;
 export function buildMessage(event: OutboxEvent, expectedStream: string | null): BuiltMessage {
   let json: string | undefined;
   try {
-    json = JSON.stringify(event.payload);
+    json = event.payloadJson ?? JSON.stringify(event.payload);
   } catch (err) {
     return { ok: false, reason: `the payload cannot be serialized to JSON (${err instanceof Error ? err.message : String(err)})` };
   }

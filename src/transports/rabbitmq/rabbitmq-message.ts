@@ -37,7 +37,7 @@ export interface EncodedRabbitMqMessage {
  * channel.publish('orders', 'order.created', content, properties);
  */
 export function encodeRabbitMqMessage(event: OutboxEvent): EncodedRabbitMqMessage {
-  const json = JSON.stringify(event.payload === undefined ? null : event.payload);
+  const json = event.payloadJson ?? JSON.stringify(event.payload === undefined ? null : event.payload);
   if (json === undefined) throw new TypeError('the payload is not JSON-serializable');
   const headers: Record<string, unknown> = {};
   const eventHeaders = event.headers;

@@ -25,7 +25,7 @@ export function encodeStreamFields(event: OutboxEvent): string[] {
     event.key,
   ];
   if (event.version !== null) fields.push('version', String(event.version));
-  fields.push('occurredAt', event.occurredAt.toISOString(), 'headers', JSON.stringify(event.headers), 'payload', JSON.stringify(event.payload) ?? 'null');
+  fields.push('occurredAt', event.occurredAt.toISOString(), 'headers', JSON.stringify(event.headers), 'payload', event.payloadJson ?? JSON.stringify(event.payload) ?? 'null');
   return fields;
 }
 
