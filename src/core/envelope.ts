@@ -31,11 +31,6 @@ export interface OutboxEvent<TPayload = unknown, TType extends string = string> 
   readonly version: number | null;
 }
 
-/** The payload as JSON text: the stored text when the event has it, else `JSON.stringify(payload)` (which throws on a cycle or a bigint). */
-export function payloadText(event: OutboxEvent): string {
-  return event.payloadJson ?? JSON.stringify(event.payload) ?? 'null';
-}
-
 /** An outbox event together with the relay's bookkeeping for it. */
 export interface StoredEvent extends OutboxEvent {
   /** Outbox order: assigned at insert, increasing. */
