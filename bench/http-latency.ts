@@ -10,6 +10,7 @@
  * Settings: BENCH_HTTP_RATE (1000), BENCH_HTTP_SECONDS (30), BENCH_LATENCY_CLIENTS (8), BENCH_KEYS (1000),
  * BENCH_NOTIFY (1; 0 relies on the relay's polling), BENCH_RELAY_IN_PROCESS (0), BENCH_RECEIVER_IN_CHILD (0), BENCH_LANES,
  * BENCH_HTTP_EVENTS_PER_TX (1; raise it when single-event commits cannot reach the rate on a busy machine).
+ * BENCH_TRACE=1 (relay in a child process only): print where each event's time went, step by step.
  */
 import { envInt, fmtInt, log, summary, withBench } from './lib.ts';
 import { fmtMs, measureCommitToAck } from './commit-to-ack.ts';
