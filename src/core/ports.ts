@@ -67,14 +67,6 @@ export interface ClaimOptions {
   readonly limit: number;
   /** Destinations whose parked events do not hold back later events of their key. */
   readonly skipParkedDestinations: readonly string[];
-  /**
-   * Events to leave out: the lane's previous batch, whose marks are still
-   * being written (its events are still pending until they commit). A store
-   * that ignores this stays correct: the relay drops such events itself.
-   */
-  readonly excludeSeqs?: readonly number[];
-  /** Keys to leave out entirely: keys of the previous batch that are not done (a failure, or an event not attempted). */
-  readonly excludeKeys?: readonly string[];
 }
 
 /**

@@ -180,80 +180,50 @@ export class Relay extends TypedEmitter<RelayEvents> {
     let failures = 0;
     // Empty claims since the last busy one: the wait doubles from minPollIntervalMs up to pollIntervalMs.
     let idle = 0;
-    // The previous batch while its marks are written: the next claim runs meanwhile and leaves it out.
-    let marking: Marking | undefined;
-    try {
-      while (!signal.aborted) {
-        const leases = this.#leases.leasesFor(lane, lanes);
-        if (leases.length === 0) {
-          await marking?.done;
-          marking = undefined;
-          await sleep(Math.min(pollIntervalMs, this.options.leaseTtlMs / 3), undefined, { signal }).catch(() => {});
-          continue;
-        }
-        let events;
-        const seen = store.wakeups?.();
-        try {
-          events = await store.claim(leases, {
-            limit: batchSize,
-            skipParkedDestinations,
-            ...(marking ? { excludeSeqs: [...marking.seqs], excludeKeys: [...marking.keys] } : {}),
-          });
-          failures = 0;
-        } catch (err) {
-          this.emit('error', { phase: 'claim', error: err as Error });
-          await sleep(Math.min(5000, 200 * 2 ** failures++), undefined, { signal }).catch(() => {});
-          continue;
-        }
-        // A store may ignore the exclusions: drop what they name here too.
-        const left = marking;
-        if (left) events = events.filter((e) => !left.seqs.has(e.seq) && !left.keys.has(e.key));
-        if (events.length === 0) {
-          // Nothing beyond the batch being marked: let its marks land, then wait as an idle lane.
-          await marking?.done;
-          marking = undefined;
-          await store.waitForEvents(Math.min(pollIntervalMs, minPollIntervalMs * 2 ** Math.min(idle++, 30)), signal, seen);
-          // A notification means producers are committing, and not every commit notifies
-          // (the outbox store's notifyIntervalMs): poll quickly again.
-          if (store.wakeups?.() !== seen) idle = 0;
-          continue;
-        }
-        idle = 0;
-        const tokens = new Map(leases.map((l) => [l.bucket, l.token]));
-        const buckets = new Set(events.map((e) => e.bucket));
-        const started = performance.now();
-        this.#leases.markBusy(buckets);
-        this.#inFlight += events.length;
-        let completions: Completion[];
-        try {
-          completions = await publishBatch(events, {
-            routes: this.options.routes,
-            retry: this.options.retry,
-            publishTimeoutMs: this.options.publishTimeoutMs,
-            signal: this.#stopNow.signal,
-            tokenOf: (bucket) => tokens.get(bucket)!,
-            leaseValid: (bucket, token) => this.#leases.isValid(bucket, token),
-            onFailure: (event, c) => this.#reportFailure(event, c),
-          });
-        } catch (err) {
-          this.#inFlight -= events.length;
-          this.#leases.markIdle(buckets);
-          throw err;
-        }
-        // One batch's marks at a time per lane: the previous ones land before these start.
-        await marking?.done;
-        const count = events.length;
-        marking = {
-          seqs: new Set(events.map((e) => e.seq)),
-          keys: unfinishedKeys(events, completions),
-          done: this.#complete(lane, count, completions, started).finally(() => {
-            this.#inFlight -= count;
-            this.#leases.markIdle(buckets);
-          }),
-        };
+    while (!signal.aborted) {
+      const leases = this.#leases.leasesFor(lane, lanes);
+      if (leases.length === 0) {
+        await sleep(Math.min(pollIntervalMs, this.options.leaseTtlMs / 3), undefined, { signal }).catch(() => {});
+        continue;
       }
-    } finally {
-      await marking?.done;
+      let events;
+      const seen = store.wakeups?.();
+      try {
+        events = await store.claim(leases, { limit: batchSize, skipParkedDestinations });
+        failures = 0;
+      } catch (err) {
+        this.emit('error', { phase: 'claim', error: err as Error });
+        await sleep(Math.min(5000, 200 * 2 ** failures++), undefined, { signal }).catch(() => {});
+        continue;
+      }
+      if (events.length === 0) {
+        await store.waitForEvents(Math.min(pollIntervalMs, minPollIntervalMs * 2 ** Math.min(idle++, 30)), signal, seen);
+        // A notification means producers are committing, and not every commit notifies
+        // (the outbox store's notifyIntervalMs): poll quickly again.
+        if (store.wakeups?.() !== seen) idle = 0;
+        continue;
+      }
+      idle = 0;
+      const tokens = new Map(leases.map((l) => [l.bucket, l.token]));
+      const buckets = new Set(events.map((e) => e.bucket));
+      const started = performance.now();
+      this.#leases.markBusy(buckets);
+      this.#inFlight += events.length;
+      try {
+        const completions = await publishBatch(events, {
+          routes: this.options.routes,
+          retry: this.options.retry,
+          publishTimeoutMs: this.options.publishTimeoutMs,
+          signal: this.#stopNow.signal,
+          tokenOf: (bucket) => tokens.get(bucket)!,
+          leaseValid: (bucket, token) => this.#leases.isValid(bucket, token),
+          onFailure: (event, c) => this.#reportFailure(event, c),
+        });
+        await this.#complete(lane, events.length, completions, started);
+      } finally {
+        this.#inFlight -= events.length;
+        this.#leases.markIdle(buckets);
+      }
     }
   }
 
@@ -310,26 +280,4 @@ export class Relay extends TypedEmitter<RelayEvents> {
 /** Creates a relay. See `Relay`. */
 export function createRelay(options: RelayOptions): Relay {
   return new Relay(options);
-}
-
-/** A lane's batch whose marks are being written. */
-interface Marking {
-  readonly seqs: ReadonlySet<number>;
-  readonly keys: ReadonlySet<string>;
-  /** Settles when the marks were written or given up on (#complete never rejects). */
-  readonly done: Promise<void>;
-}
-
-/**
- * Keys of a batch that are not done: one of its events failed (retry or park)
- * or was not attempted (its key stopped at a failure, the lease was lost, the
- * relay is stopping). Their later events must wait until the marks are
- * written, so that the claim sees the backoff or the park.
- */
-function unfinishedKeys(events: readonly { readonly seq: number; readonly key: string }[], completions: readonly Completion[]): Set<string> {
-  const published = new Set<number>();
-  for (const c of completions) if (c.outcome === 'published') published.add(c.seq);
-  const keys = new Set<string>();
-  for (const e of events) if (!published.has(e.seq)) keys.add(e.key);
-  return keys;
 }

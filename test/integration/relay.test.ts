@@ -231,59 +231,6 @@ for (const kind of BACKENDS) {
       assert.ok(Date.now() - started < 5_000, 'returned without waiting for the poll interval');
     });
 
-    for (const honours of [true, false]) {
-      it(`claims the next batch while marks are written, never overtaking a failed key (store ${honours ? 'honours' : 'ignores'} the exclusions)`, async () => {
-        await db.query(`TRUNCATE "${db.schema}".outbox`);
-        const outbox = setup(db);
-        const committed = new Map<string, string[]>();
-        // 3 keys, 40 events each, committed round by round: a batch of 8 holds 2-3 events of every key.
-        for (let round = 0; round < 40; round++) {
-          await db.transaction(async (tx) => {
-            const events = Array.from({ length: 3 }, (_, k) => OrderCreated({ aggregateId: k, payload: { n: round } }));
-            const ids = await outbox.enqueue(tx, events);
-            ids.forEach((id, k) => committed.set(`Order:${k}`, [...(committed.get(`Order:${k}`) ?? []), id]));
-          });
-        }
-        let claims = 0;
-        let claimsWhileMarking = 0;
-        let marking = 0;
-        // Slow marks, so that the lane claims and publishes its next batch while they are written.
-        class SlowMarks extends PostgresRelayStore {
-          override async claim(leases: Parameters<PostgresRelayStore['claim']>[0], options: Parameters<PostgresRelayStore['claim']>[1]) {
-            claims++;
-            if (marking > 0) claimsWhileMarking++;
-            return super.claim(leases, honours ? options : { limit: options.limit, skipParkedDestinations: options.skipParkedDestinations });
-          }
-          override async complete(...args: Parameters<PostgresRelayStore['complete']>) {
-            marking++;
-            try {
-              await new Promise((r) => setTimeout(r, 60));
-              return await super.complete(...args);
-            } finally {
-              marking--;
-            }
-          }
-        }
-        // Every event's first attempt fails retriably: its key's later events must wait for the backoff.
-        const transport = new RecordingTransport({ fail: (_e, attempt) => (attempt === 1 ? new TransportError('retriable', 'timeout') : undefined) });
-        const relay = createRelay({
-          store: new SlowMarks({ schema: db.schema, connection: db.connection }),
-          transport,
-          lanes: 1,
-          batchSize: 8,
-          pollIntervalMs: 50,
-          leaseTtlMs: 3000,
-          retry: { baseDelayMs: 20, maxDelayMs: 40, maxAttempts: 10 },
-        });
-        await relay.start();
-        await waitFor('all published', () => transport.acked.length >= 120, 30_000);
-        await relay.stop();
-        assert.ok(claimsWhileMarking > 0, `the lane claimed while marks were written (${claimsWhileMarking} of ${claims} claims)`);
-        const report = checkDeliveries(committed, transport.acked);
-        assert.deepEqual(report, { committed: 120, delivered: 120, lost: 0, phantom: 0, duplicates: 0, orderViolations: 0 });
-      });
-    }
-
     it('hands transports the payload text as enqueued (key order, no added spaces) and parses payload only on demand', async () => {
       await db.query(`TRUNCATE "${db.schema}".outbox`);
       const outbox = setup(db);

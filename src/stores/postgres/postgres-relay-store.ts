@@ -142,8 +142,6 @@ export class PostgresRelayStore implements RelayStore {
       leases.map((l) => l.bucket),
       options.limit,
       options.skipParkedDestinations,
-      options.excludeSeqs ?? [],
-      options.excludeKeys ?? [],
     ], this.#names.claim);
     return rows.map(rowToEvent);
   }

@@ -147,7 +147,7 @@ DELETE FROM ${n.relays} WHERE relay_id = $1`;
  * The query lives in the `<table>_claim` function of the migration (see there why).
  */
 export function claimSql(n: PostgresNames): string {
-  return `SELECT ${EVENT_COLUMNS} FROM ${n.claimFn}($1::smallint[], $2::integer, $3::text[], $4::bigint[], $5::text[]) o`;
+  return `SELECT ${EVENT_COLUMNS} FROM ${n.claimFn}($1::smallint[], $2::integer, $3::text[]) o`;
 }
 
 /**
