@@ -12,6 +12,7 @@
  * - raw, windows: WINDOW publishes on a confirm channel, await all confirms, repeat
  *   (what the relay does with one wave per call);
  * - raw, sliding: at most WINDOW confirms outstanding, a new publish as each confirm arrives;
+ * - raw, windows, with the body padded by as many bytes as the transport's headers take (is the cost the bytes?);
  * - raw, windows, with the properties and headers RabbitMqTransport sends (what they cost the broker);
  * - RabbitMqTransport: publish() calls of WINDOW events with distinct keys, one call at a time;
  * - RabbitMqTransport, 2 calls at once (the relay's 2 lanes), on 1 and on 2 channels.
@@ -57,21 +58,22 @@ async function checkStored(name: string): Promise<void> {
   names.splice(names.indexOf(name), 1);
 }
 
-function publishOne(ch: ConfirmChannel, name: string, i: number): Promise<void> {
+function publishOne(ch: ConfirmChannel, name: string, i: number, content: Buffer = body(i)): Promise<void> {
   return new Promise((resolve, reject) => {
-    ch.publish(name, name, body(i), { persistent: true, mandatory: true, messageId: `${run}-${i}`, contentType: 'application/json' }, (err: unknown) =>
+    ch.publish(name, name, content, { persistent: true, mandatory: true, messageId: `${run}-${i}`, contentType: 'application/json' }, (err: unknown) =>
       err ? reject(err as Error) : resolve(),
     );
   });
 }
 
-async function rawWindows(): Promise<number> {
+async function rawWindows(padBytes = 0): Promise<number> {
   const name = await freshQueue();
   const ch = await conn.createConfirmChannel();
+  const pad = (i: number): Buffer => Buffer.concat([body(i), Buffer.alloc(padBytes, 0x20)]);
   const started = performance.now();
   for (let start = 0; start < MESSAGES; start += WINDOW) {
     const n = Math.min(WINDOW, MESSAGES - start);
-    await Promise.all(Array.from({ length: n }, (_, j) => publishOne(ch, name, start + j)));
+    await Promise.all(Array.from({ length: n }, (_, j) => publishOne(ch, name, start + j, padBytes ? pad(start + j) : undefined)));
   }
   const ms = performance.now() - started;
   await ch.close();
@@ -160,8 +162,17 @@ async function viaTransport(concurrent: number, channels: number): Promise<numbe
   return perSec(MESSAGES, ms);
 }
 
+/** What the transport's properties and headers add to a message, in bytes (their AMQP encoding, about). */
+const headerBytes = (() => {
+  const { properties } = encodeRabbitMqMessage(events('q', 0, 1, new Date())[0]!);
+  let n = 0;
+  for (const [k, v] of Object.entries(properties.headers ?? {})) n += k.length + 2 + String(v).length + 4;
+  return n + String(properties.type ?? '').length + 8;
+})();
+
 const modes = [
-  { label: `raw confirm channel, windows of ${WINDOW}`, run: rawWindows },
+  { label: `raw confirm channel, windows of ${WINDOW}`, run: () => rawWindows() },
+  { label: `raw, windows of ${WINDOW}, body padded by ${headerBytes} bytes, no headers`, run: () => rawWindows(headerBytes) },
   { label: `raw confirm channel, sliding ${WINDOW}`, run: rawSliding },
   { label: `raw, windows of ${WINDOW}, transport's headers`, run: rawWindowsWithHeaders },
   { label: `RabbitMqTransport, calls of ${WINDOW}`, run: () => viaTransport(1, 1) },
