@@ -109,3 +109,27 @@ it('worker mode: receiving only queues (fast, duplicates ignored); workers run h
   const report = checkDeliveries(committed, applied);
   assert.deepEqual([report.lost, report.duplicates, report.orderViolations], [0, 0, 0]);
 });
+
+it('worker mode: a failing handler stores the event envelope once, without the stored payload text', async () => {
+  const queue = new InboxQueue(new PostgresOutboxStore({ schema: db.schema, table: 'inbox_queue', onDuplicateId: 'ignore' }), (fn) => db.connection.transaction(fn));
+  const inbox = createInbox({ store: new PostgresInboxStore({ connection: db.connection, schema: db.schema }), consumer: 'failing' });
+  inbox.on('Changed', async () => {
+    throw new Error('handler bug');
+  });
+  const e = ev('fails', 1);
+  await queue.receive([e]);
+  const worker = createInboxWorker({ inbox, store: new PostgresRelayStore({ schema: db.schema, table: 'inbox_queue', connection: db.connection }), pollIntervalMs: 30, leaseTtlMs: 3000 });
+  await worker.start();
+  let envelope: Record<string, unknown> | undefined;
+  try {
+    await waitFor('the failure recorded', async () => {
+      const rows = await db.query<{ envelope: Record<string, unknown> | null }>(`SELECT envelope FROM "${db.schema}".inbox WHERE consumer = 'failing' AND event_id = $1`, [e.id]);
+      envelope = rows[0]?.envelope ?? undefined;
+      return envelope !== undefined;
+    }, 10_000);
+  } finally {
+    await worker.stop();
+  }
+  assert.deepEqual(envelope!['payload'], { n: 1 });
+  assert.equal('payloadJson' in envelope!, false);
+});

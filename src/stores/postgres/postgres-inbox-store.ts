@@ -18,7 +18,11 @@ export function inboxNames(options: { schema?: string; table?: string } = {}): P
   return postgresNames({ schema: options.schema ?? 'txbox', table: options.table ?? 'inbox' });
 }
 
-const envelopeJson = (e: OutboxEvent): string => JSON.stringify(e);
+/** The event as JSON, without `payloadJson` (the payload is in it already, parsed). */
+function envelopeJson(e: OutboxEvent): string {
+  const { payloadJson: _text, ...event } = e;
+  return JSON.stringify(event);
+}
 
 export function envelopeFromJson(v: unknown): OutboxEvent {
   const o = (typeof v === 'string' ? JSON.parse(v) : v) as OutboxEvent & { occurredAt: string };
