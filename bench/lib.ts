@@ -82,6 +82,21 @@ export class NoopTransport implements Transport {
 }
 const OK: PublishOutcome = Object.freeze({ ok: true });
 
+/** Wraps a transport to record when each event's publish was acked, by `clock` (default `performance.now()`). */
+export function recordAcks(inner: Transport, acked: Map<string, number>, clock: () => number = () => performance.now()): Transport {
+  return {
+    name: inner.name,
+    start: (signal) => inner.start?.(signal) ?? Promise.resolve(),
+    close: () => inner.close(),
+    async publish(events, signal): Promise<PublishOutcome[]> {
+      const outcomes = await inner.publish(events, signal);
+      const now = clock();
+      outcomes.forEach((o, i) => o.ok && acked.set(events[i]!.id, now));
+      return outcomes;
+    },
+  };
+}
+
 export interface Bench {
   readonly schema: string;
   readonly names: PostgresNames;

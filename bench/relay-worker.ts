@@ -11,7 +11,7 @@ import { createRelay, type BucketLease, type ClaimOptions, type Completion, type
 import { HttpTransport } from 'txbox/http';
 import { pgConnection, PostgresRelayStore, postgresNames, type PostgresConnection } from 'txbox/postgres';
 import { brokerTransport } from './broker-transports.ts';
-import { DATABASE_URL, MemorySampler, NoopTransport } from './lib.ts';
+import { DATABASE_URL, MemorySampler, NoopTransport, recordAcks } from './lib.ts';
 import type { RelayWorkerConfig, RelayWorkerMessage, RelayWorkerResult } from './relay-process.ts';
 
 /**
@@ -114,21 +114,6 @@ async function makeTransport(config: RelayWorkerConfig): Promise<Transport> {
   return new HttpTransport({ endpoints: { orders: config.transport.url }, timeoutMs: 10_000, ...(process.env.BENCH_HTTP_MAX_SOCKETS ? { maxSockets: Number(process.env.BENCH_HTTP_MAX_SOCKETS) } : {}) });
 }
 
-/** Records when each event's publish call resolved (wall clock). */
-function traced(inner: Transport, at: Map<string, number>): Transport {
-  return {
-    name: inner.name,
-    ...(inner.start ? { start: (signal: AbortSignal) => inner.start!(signal) } : {}),
-    async publish(events, signal) {
-      const outcomes = await inner.publish(events, signal);
-      const t = performance.timeOrigin + performance.now();
-      for (const e of events) at.set(e.id, t);
-      return outcomes;
-    },
-    close: () => inner.close(),
-  };
-}
-
 function send(message: RelayWorkerMessage): void {
   process.send?.(message);
 }
@@ -142,7 +127,7 @@ async function main(): Promise<void> {
       ? new TimedRelayStore(inner, { sql: anyArrayComplete(config.schema, config.deleteOnPublish), db: connection })
       : new TimedRelayStore(inner);
   const published = new Map<string, number>();
-  const transport = config.trace ? traced(await makeTransport(config), published) : await makeTransport(config);
+  const transport = config.trace ? recordAcks(await makeTransport(config), published, () => performance.timeOrigin + performance.now()) : await makeTransport(config);
   if (config.trace) store.claimedAt = new Map();
   let openGate: () => void = () => {};
   if (config.gated) store.gate = new Promise<void>((resolve) => (openGate = resolve));

@@ -19,7 +19,7 @@ import { PostgresRelayStore } from 'txbox/postgres';
 import pg from 'pg';
 import { brokerTransport, KAFKA_BROKERS, NATS_SERVERS, RABBITMQ_URL, REDIS_URL, type BrokerSpec } from './broker-transports.ts';
 import { startRelayWorker } from './relay-process.ts';
-import { Backlog, DATABASE_URL, benchOutbox, envInt, envList, fmtInt, log, orderEvent, percentile, perSec, printTable, resetOutbox, summary, withBench, type Bench } from './lib.ts';
+import { Backlog, DATABASE_URL, benchOutbox, recordAcks, envInt, envList, fmtInt, log, orderEvent, percentile, perSec, printTable, resetOutbox, summary, withBench, type Bench } from './lib.ts';
 
 const EVENTS = envInt('BENCH_EVENTS', 200_000);
 const KEYS = envInt('BENCH_KEYS', 1000);
@@ -129,21 +129,6 @@ async function rawRate(transport: Transport, n: number): Promise<number> {
   return perSec(sent, ms);
 }
 
-/** Wraps a transport to record when each event was acked. */
-function timed(inner: Transport, acked: Map<string, number>): Transport {
-  return {
-    name: inner.name,
-    start: (s) => inner.start?.(s) ?? Promise.resolve(),
-    close: () => inner.close(),
-    async publish(events, signal): Promise<PublishOutcome[]> {
-      const outcomes = await inner.publish(events, signal);
-      const now = performance.now();
-      outcomes.forEach((o, i) => o.ok && acked.set(events[i]!.id, now));
-      return outcomes;
-    },
-  };
-}
-
 /**
  * `relays` relay processes (bench/relay-worker.ts) drain the backlog. They
  * start on the restored backlog but claim nothing until they have split the
@@ -192,7 +177,7 @@ async function steady(bench: Bench, transport: Transport): Promise<{ p50: number
   const outbox = benchOutbox(bench, true);
   const acked = new Map<string, number>();
   const committed = new Map<string, number>();
-  const relay = createRelay({ store: new PostgresRelayStore({ schema: bench.schema, connection: bench.connection }), transport: timed(transport, acked), batchSize: BATCH, lanes: LANES, retention: false });
+  const relay = createRelay({ store: new PostgresRelayStore({ schema: bench.schema, connection: bench.connection }), transport: recordAcks(transport, acked), batchSize: BATCH, lanes: LANES, retention: false });
   await relay.start();
   const total = RATE * SECONDS;
   const started = performance.now();
