@@ -31,6 +31,12 @@ export interface OutboxEvent<TPayload = unknown, TType extends string = string> 
   readonly version: number | null;
 }
 
+/** The event without `payloadJson`: for a copy whose payload may change, or that is stored with its payload already. */
+export function withoutPayloadText<E extends OutboxEvent>(event: E): Omit<E, 'payloadJson'> {
+  const { payloadJson: _text, ...rest } = event;
+  return rest;
+}
+
 /** An outbox event together with the relay's bookkeeping for it. */
 export interface StoredEvent extends OutboxEvent {
   /** Outbox order: assigned at insert, increasing. */

@@ -1,5 +1,5 @@
 import { TypedEmitter, keyHash } from '../core/emitter.ts';
-import type { OutboxEvent } from '../core/envelope.ts';
+import { withoutPayloadText, type OutboxEvent } from '../core/envelope.ts';
 import { ConfigError, TxboxError } from '../core/errors.ts';
 import type { EventDefinition } from '../core/events.ts';
 import { InboxBatchError, type InboxOutcome, type InboxStore } from '../core/inbox-ports.ts';
@@ -242,8 +242,7 @@ export class Inbox {
     if (result instanceof Promise) result = await result;
     if (result.issues) throw new InvalidPayload(`payload failed ${event.type} schema validation: ${result.issues[0]?.message ?? 'invalid'}`);
     // The validated value may differ from the stored text (a schema can transform): drop the text.
-    const { payloadJson: _stale, ...rest } = event;
-    return { ...rest, payload: result.value };
+    return { ...withoutPayloadText(event), payload: result.value };
   }
 
   async #processOne(event: OutboxEvent): Promise<{ outcome: InboxOutcome; heldKeys: string[] }> {

@@ -1,4 +1,4 @@
-import type { OutboxEvent } from '../../core/envelope.ts';
+import { withoutPayloadText, type OutboxEvent } from '../../core/envelope.ts';
 import { InboxBatchError, type InboxStore } from '../../core/inbox-ports.ts';
 import type { SqlExecutor } from '../../core/ports.ts';
 import type { PostgresConnection } from './postgres-connection.ts';
@@ -20,8 +20,7 @@ export function inboxNames(options: { schema?: string; table?: string } = {}): P
 
 /** The event as JSON, without `payloadJson` (the payload is in it already, parsed). */
 function envelopeJson(e: OutboxEvent): string {
-  const { payloadJson: _text, ...event } = e;
-  return JSON.stringify(event);
+  return JSON.stringify(withoutPayloadText(e));
 }
 
 export function envelopeFromJson(v: unknown): OutboxEvent {
