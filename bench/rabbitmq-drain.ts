@@ -13,7 +13,8 @@
  *   (what the relay does with one wave per call);
  * - raw, sliding: at most WINDOW confirms outstanding, a new publish as each confirm arrives;
  * - raw, windows, with the body padded by as many bytes as the transport's headers take (is the cost the bytes?);
- * - raw, windows, with the properties and headers RabbitMqTransport sends (what they cost the broker);
+ * - raw, windows, with the properties and headers RabbitMqTransport sends (what they cost the broker),
+ *   with its properties but no headers, and with its headers packed into one header of JSON;
  * - RabbitMqTransport: publish() calls of WINDOW events with distinct keys, one call at a time;
  * - RabbitMqTransport, 2 calls at once (the relay's 2 lanes), on 1 and on 2 channels.
  *
@@ -21,7 +22,7 @@
  * BENCH_RABBITMQ_URL (amqp://guest:guest@127.0.0.1:5672), BENCH_RABBITMQ_ROUNDS (1).
  */
 import { randomBytes } from 'node:crypto';
-import { connect, type ConfirmChannel } from 'amqplib';
+import { connect, type ConfirmChannel, type Options } from 'amqplib';
 import { uuidv7, type OutboxEvent } from 'txbox';
 import { RabbitMqTransport, encodeRabbitMqMessage } from 'txbox/rabbitmq';
 import { envInt, fmtInt, log, orderPayload, perSec, printTable, summary } from './lib.ts';
@@ -81,8 +82,20 @@ async function rawWindows(padBytes = 0): Promise<number> {
   return perSec(MESSAGES, ms);
 }
 
-/** Windows again, each message encoded as RabbitMqTransport encodes it (7 headers, type, timestamp). */
-async function rawWindowsWithHeaders(): Promise<number> {
+/** What the transport's properties become in the header-shape experiments. */
+type Shape = 'transport' | 'properties-only' | 'one-packed-header';
+
+function reshape(properties: Options.Publish, shape: Shape): Options.Publish {
+  if (shape === 'transport') return properties;
+  const { headers, ...rest } = properties;
+  return shape === 'properties-only' ? rest : { ...rest, headers: { txbox: JSON.stringify(headers) } };
+}
+
+/**
+ * Windows again, each message encoded as RabbitMqTransport encodes it (7 headers, type, timestamp);
+ * `properties-only` drops the headers table, `one-packed-header` packs it into one header of JSON.
+ */
+async function rawWindowsWithHeaders(shape: Shape = 'transport'): Promise<number> {
   const name = await freshQueue();
   const ch = await conn.createConfirmChannel();
   const occurredAt = new Date();
@@ -92,7 +105,7 @@ async function rawWindowsWithHeaders(): Promise<number> {
     await Promise.all(
       events(name, start, n, occurredAt).map((e) => {
         const { content, properties } = encodeRabbitMqMessage(e);
-        return new Promise<void>((resolve, reject) => ch.publish(name, name, content, properties, (err: unknown) => (err ? reject(err as Error) : resolve())));
+        return new Promise<void>((resolve, reject) => ch.publish(name, name, content, reshape(properties, shape), (err: unknown) => (err ? reject(err as Error) : resolve())));
       }),
     );
   }
@@ -174,7 +187,9 @@ const modes = [
   { label: `raw confirm channel, windows of ${WINDOW}`, run: () => rawWindows() },
   { label: `raw, windows of ${WINDOW}, body padded by ${headerBytes} bytes, no headers`, run: () => rawWindows(headerBytes) },
   { label: `raw confirm channel, sliding ${WINDOW}`, run: rawSliding },
-  { label: `raw, windows of ${WINDOW}, transport's headers`, run: rawWindowsWithHeaders },
+  { label: `raw, windows of ${WINDOW}, transport's headers`, run: () => rawWindowsWithHeaders() },
+  { label: `raw, windows of ${WINDOW}, transport's properties, no headers`, run: () => rawWindowsWithHeaders('properties-only') },
+  { label: `raw, windows of ${WINDOW}, transport's headers packed into one`, run: () => rawWindowsWithHeaders('one-packed-header') },
   { label: `RabbitMqTransport, calls of ${WINDOW}`, run: () => viaTransport(1, 1) },
   { label: `RabbitMqTransport, 2 calls at once, 1 channel`, run: () => viaTransport(2, 1) },
   { label: `RabbitMqTransport, 2 calls at once, 2 channels`, run: () => viaTransport(2, 2) },
