@@ -5,6 +5,7 @@
  */
 import pg from 'pg';
 import { randomBytes } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
 import { availableParallelism, loadavg } from 'node:os';
 import { createOutbox, defineEvent, payloadType, type InboxStore, type NewEvent, type Outbox, type OutboxEvent, type PublishOutcome, type Transport } from 'txbox';
 import { migratePostgres, pgConnection, postgresNames, PostgresOutboxStore, type PostgresConnection, type PostgresNames } from 'txbox/postgres';
@@ -329,6 +330,34 @@ export function summary(bench: string, text: string): void {
 export function machine(): string {
   const [one, five] = loadavg();
   return `${availableParallelism()} CPUs, load average 1 min ${one!.toFixed(2)}, 5 min ${five!.toFixed(2)}`;
+}
+
+/**
+ * CPU time (user + system, ms) used so far by every process named `postgres`
+ * on this machine, from /proc; undefined where there is no /proc. Only
+ * meaningful when PostgreSQL runs on the benchmark's machine, as here.
+ */
+export function postgresCpuMs(): number | undefined {
+  let pids: string[];
+  try {
+    pids = readdirSync('/proc').filter((p) => /^\d+$/.test(p));
+  } catch {
+    return undefined;
+  }
+  let ticks = 0;
+  for (const pid of pids) {
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    } catch {
+      continue; // exited meanwhile
+    }
+    if (!stat.includes(' (postgres) ')) continue;
+    // Fields after "(comm) ": state is the 1st, utime the 12th, stime the 13th (proc(5)); clock ticks of 10 ms.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    ticks += Number(fields[11]) + Number(fields[12]);
+  }
+  return ticks * 10;
 }
 
 export function log(text: string): void {

@@ -12,12 +12,17 @@
  * run, and the median over rounds is reported.
  * The relay, when present, runs in a child process and drains to a no-op transport.
  *
+ * Each mode also prints the CPU time per transaction of this process (the
+ * producers) and of all PostgreSQL processes (from /proc; a relay's backends
+ * included where a relay runs). bench/producer-pgbench.ts runs the same
+ * transaction from PostgreSQL's own C client.
+ *
  * Settings: BENCH_SECONDS (10 per mode and round), BENCH_CLIENTS (4), BENCH_ROUNDS (3),
  * BENCH_MODES (comma list of mode names, default all).
  */
 import pg from 'pg';
 import type { Outbox } from 'txbox';
-import { benchOutbox, DATABASE_URL, envInt, fmtInt, log, median, orderEvent, orderPayload, percentile, printTable, resetOutbox, summary, withBench, type Bench } from './lib.ts';
+import { benchOutbox, DATABASE_URL, envInt, fmtInt, log, median, orderEvent, orderPayload, percentile, postgresCpuMs, printTable, resetOutbox, summary, withBench, type Bench } from './lib.ts';
 import { startRelayWorker } from './relay-process.ts';
 
 const SECONDS = envInt('BENCH_SECONDS', 10);
@@ -77,6 +82,9 @@ interface RunResult {
   readonly p99: number;
   readonly relayPublished: number | undefined;
   readonly notifications: number | undefined;
+  /** CPU per transaction of this process (the producers) and of all PostgreSQL processes, in µs. */
+  readonly clientUs: number;
+  readonly postgresUs: number | undefined;
 }
 
 async function runMode(bench: Bench, mode: Mode): Promise<RunResult> {
@@ -108,6 +116,8 @@ async function runMode(bench: Bench, mode: Mode): Promise<RunResult> {
   const latencies: number[] = [];
   const deadline = performance.now() + SECONDS * 1000;
   let count = 0;
+  const cpuBefore = process.cpuUsage();
+  const pgBefore = postgresCpuMs();
   const started = performance.now();
   await Promise.all(
     clients.map(async (c) => {
@@ -128,6 +138,8 @@ async function runMode(bench: Bench, mode: Mode): Promise<RunResult> {
     }),
   );
   const elapsed = performance.now() - started;
+  const cpu = process.cpuUsage(cpuBefore);
+  const pgAfter = postgresCpuMs();
   await Promise.all(clients.map((c) => c.end()));
   const relayResult = await relay?.stop();
   await listener?.end();
@@ -138,6 +150,8 @@ async function runMode(bench: Bench, mode: Mode): Promise<RunResult> {
     p99: percentile(latencies, 99),
     relayPublished: relayResult?.published,
     notifications: mode.listener ? notifications : undefined,
+    clientUs: (cpu.user + cpu.system) / count,
+    postgresUs: pgBefore === undefined || pgAfter === undefined ? undefined : ((pgAfter - pgBefore) * 1000) / count,
   };
 }
 
@@ -155,7 +169,8 @@ await withBench('producer', async (bench) => {
         r.relayPublished === undefined ? '' : `relay published ${fmtInt(r.relayPublished)}`,
         r.notifications === undefined ? '' : `listener got ${fmtInt(r.notifications)} notifications`,
       ].filter(Boolean);
-      log(`round ${round} ${mode.name}: ${fmtInt(r.txPerSec)} tx/s, latency p50 ${r.p50.toFixed(2)} ms p99 ${r.p99.toFixed(2)} ms ${extra.join(', ')}`);
+      const cpu = `CPU per tx: producers ${fmtInt(r.clientUs)} µs, PostgreSQL ${r.postgresUs === undefined ? '?' : fmtInt(r.postgresUs)} µs`;
+      log(`round ${round} ${mode.name}: ${fmtInt(r.txPerSec)} tx/s, latency p50 ${r.p50.toFixed(2)} ms p99 ${r.p99.toFixed(2)} ms, ${cpu} ${extra.join(', ')}`);
     }
   }
   const base = results.get('business');
@@ -167,8 +182,19 @@ await withBench('producer', async (bench) => {
     const slowdowns = base ? rs.map((r, i) => 1 - r.txPerSec / base[i]!.txPerSec) : [];
     const slow = median(slowdowns);
     const slowText = mode.name === 'business' || !base ? '' : `${(slow * 100).toFixed(1)}% (${slowdowns.map((x) => (x * 100).toFixed(0)).join(' / ')})`;
-    rows.push([mode.name, mode.what, fmtInt(tx), rs.map((r) => fmtInt(r.txPerSec)).join(' / '), slowText, median(rs.map((r) => r.p50)).toFixed(2), median(rs.map((r) => r.p99)).toFixed(2)]);
+    const pgUs = rs.every((r) => r.postgresUs !== undefined) ? fmtInt(median(rs.map((r) => r.postgresUs!))) : '?';
+    rows.push([
+      mode.name,
+      mode.what,
+      fmtInt(tx),
+      rs.map((r) => fmtInt(r.txPerSec)).join(' / '),
+      slowText,
+      median(rs.map((r) => r.p50)).toFixed(2),
+      median(rs.map((r) => r.p99)).toFixed(2),
+      fmtInt(median(rs.map((r) => r.clientUs))),
+      pgUs,
+    ]);
     if (mode.name !== 'business' && base) summary('producer', `${mode.name}: median ${fmtInt(tx)} tx/s, median slowdown ${(slow * 100).toFixed(1)}% vs business-only (median ${fmtInt(median(base.map((r) => r.txPerSec)))} tx/s) (target <= 15%)`);
   }
-  printTable(['mode', 'what', 'tx/s (median)', 'per round', 'slowdown vs (a), median (per round)', 'p50 ms', 'p99 ms'], rows);
+  printTable(['mode', 'what', 'tx/s (median)', 'per round', 'slowdown vs (a), median (per round)', 'p50 ms', 'p99 ms', 'producers CPU µs/tx', 'PostgreSQL CPU µs/tx'], rows);
 });
