@@ -34,6 +34,7 @@ const SECONDS = envInt('BENCH_SECONDS', 8);
 const CLIENTS = envInt('BENCH_CLIENTS', 4);
 const ROUNDS = envInt('BENCH_ROUNDS', 3);
 const SYNC_COMMIT = process.env.BENCH_SYNC_COMMIT ?? 'on';
+if (!['on', 'off', 'local'].includes(SYNC_COMMIT)) throw new Error(`BENCH_SYNC_COMMIT must be on, off or local, got ${JSON.stringify(SYNC_COMMIT)}`);
 
 const literal = (text: string): string => `'${text.replaceAll("'", "''")}'`;
 
@@ -114,7 +115,11 @@ await withBench('pgbench', async (bench) => {
   try {
     for (const m of modes) writeFileSync(join(dir, `${m.name}.sql`), [...business, ...(m.extra ? [m.extra] : []), 'END;', ''].join('\n'));
     const url = new URL(DATABASE_URL);
-    const env = { ...process.env, PGOPTIONS: `-c synchronous_commit=${SYNC_COMMIT}` };
+    const env = {
+      ...process.env,
+      PGOPTIONS: `-c synchronous_commit=${SYNC_COMMIT}`,
+      ...(url.password ? { PGPASSWORD: decodeURIComponent(url.password) } : {}),
+    };
     const args = ['-n', '-M', 'prepared', '-c', String(CLIENTS), '-j', '1', '-T', String(SECONDS), '-h', url.hostname, '-p', url.port || '5432', '-U', decodeURIComponent(url.username || 'postgres')];
     const db = url.pathname.slice(1) || 'postgres';
     log(`pgbench producer benchmark: ${CLIENTS} clients, ${SECONDS} s per mode, ${ROUNDS} round(s), synchronous_commit ${SYNC_COMMIT}, schema ${bench.schema}`);
