@@ -18,7 +18,8 @@
  * transaction from PostgreSQL's own C client.
  *
  * Settings: BENCH_SECONDS (10 per mode and round), BENCH_CLIENTS (4), BENCH_ROUNDS (3),
- * BENCH_MODES (comma list of mode names, default all).
+ * BENCH_MODES (comma list of mode names, default all), BENCH_EVENTS_PER_TX (1: events per enqueue call,
+ * one call per transaction).
  */
 import pg from 'pg';
 import type { Outbox } from 'txbox';
@@ -28,6 +29,7 @@ import { startRelayWorker } from './relay-process.ts';
 const SECONDS = envInt('BENCH_SECONDS', 10);
 const CLIENTS = envInt('BENCH_CLIENTS', 4);
 const ROUNDS = envInt('BENCH_ROUNDS', 3);
+const EVENTS_PER_TX = envInt('BENCH_EVENTS_PER_TX', 1);
 const CUSTOMERS = 1000;
 
 interface Mode {
@@ -128,7 +130,10 @@ async function runMode(bench: Bench, mode: Mode): Promise<RunResult> {
         await c.query('BEGIN');
         const { rows } = await c.query<{ id: string }>(insertOrder, [customer, total]);
         await c.query(bumpCustomer, [customer, total]);
-        if (outbox) await outbox.enqueue(c, orderEvent(Number(rows[0]!.id), customer));
+        if (outbox) {
+          const id = Number(rows[0]!.id);
+          await outbox.enqueue(c, EVENTS_PER_TX === 1 ? orderEvent(id, customer) : Array.from({ length: EVENTS_PER_TX }, () => orderEvent(id, customer)));
+        }
         else if (mode.extra === 'roundtrip') await c.query('SELECT 1');
         else if (mode.extra === 'plain-insert') await c.query(plainInsert, [JSON.stringify(orderPayload(Number(rows[0]!.id), customer))]);
         await c.query('COMMIT');
@@ -157,7 +162,7 @@ async function runMode(bench: Bench, mode: Mode): Promise<RunResult> {
 
 await withBench('producer', async (bench) => {
   await setupBusiness(bench);
-  log(`producer benchmark: ${CLIENTS} connections, ${SECONDS} s per mode, ${ROUNDS} round(s), modes interleaved, schema ${bench.schema}`);
+  log(`producer benchmark: ${CLIENTS} connections, ${SECONDS} s per mode, ${ROUNDS} round(s), modes interleaved, ${EVENTS_PER_TX} event(s) per enqueue call, schema ${bench.schema}`);
   const results = new Map<string, RunResult[]>(MODES.map((m) => [m.name, []]));
   for (let round = 1; round <= ROUNDS; round++) {
     // Alternate the order each round so that drift on a noisy machine does not favour one mode.

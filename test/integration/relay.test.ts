@@ -231,6 +231,44 @@ for (const kind of BACKENDS) {
       assert.ok(Date.now() - started < 5_000, 'returned without waiting for the poll interval');
     });
 
+    it('stores every envelope field of a multi-event enqueue exactly as a single-event enqueue does, in call order', async () => {
+      await db.query(`TRUNCATE "${db.schema}".outbox`);
+      const outbox = setup(db);
+      const at = new Date('2026-01-02T03:04:05.678Z');
+      const event = (n: number, version?: number) =>
+        OrderCreated({
+          aggregateId: `env-${n}`,
+          key: `tenant-1:order-${n}`,
+          payload: { n },
+          headers: { traceparent: `00-${'a'.repeat(32)}-${'b'.repeat(16)}-01`, 'x-quote': 'say "hi"\\' },
+          occurredAt: at,
+          ...(version === undefined ? {} : { version }),
+        });
+      const single = await db.transaction((tx) => outbox.enqueue(tx, event(0, 7)));
+      const many = await db.transaction((tx) => outbox.enqueue(tx, [event(1, 8), event(2), event(3, 9_007_199_254_740_991)]));
+      const rows = await db.query<Record<string, unknown>>(
+        `SELECT id::text, type, aggregate_type, aggregate_id, key, destination, payload::text AS payload, headers,
+                to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS') AS occurred_at, version::text, state
+         FROM "${db.schema}".outbox ORDER BY seq`,
+      );
+      assert.deepEqual(rows.map((r) => r.id), [...single, ...many], 'rows in call order, with the returned ids');
+      const expected = (n: number, version: string | null) => ({
+        type: 'OrderCreated',
+        aggregate_type: 'Order',
+        aggregate_id: `env-${n}`,
+        key: `tenant-1:order-${n}`,
+        destination: 'orders',
+        payload: `{"n":${n}}`,
+        headers: { traceparent: `00-${'a'.repeat(32)}-${'b'.repeat(16)}-01`, 'x-quote': 'say "hi"\\' },
+        occurred_at: '2026-01-02T03:04:05.678',
+        version,
+        state: 'pending',
+      });
+      const { id: _single, ...first } = rows[0]!;
+      assert.deepEqual(first, expected(0, '7'));
+      rows.slice(1).forEach(({ id: _id, ...row }, i) => assert.deepEqual(row, expected(i + 1, ['8', null, '9007199254740991'][i]!)));
+    });
+
     it('hands transports the payload text as enqueued (key order, no added spaces) and parses payload only on demand', async () => {
       await db.query(`TRUNCATE "${db.schema}".outbox`);
       const outbox = setup(db);

@@ -96,15 +96,15 @@ function eventParams(e: PreparedEvent): unknown[] {
   return [e.id, e.type, e.aggregateType, e.aggregateId, e.key, e.destination, e.payloadJson, JSON.stringify(e.headers), e.occurredAt.toISOString(), e.version === null ? null : String(e.version)];
 }
 
-/** One JSON array for all events; payloads are spliced in as already-serialized text. */
+/** One JSON array for all events, keyed by column name; payloads are spliced in as already-serialized text. */
 function eventsJson(events: readonly PreparedEvent[]): string {
   const parts: string[] = [];
   for (const e of events) {
     parts.push(
-      `{"id":"${e.id}","type":${JSON.stringify(e.type)},"aggregateType":${JSON.stringify(e.aggregateType)},` +
-        `"aggregateId":${JSON.stringify(e.aggregateId)},"key":${JSON.stringify(e.key)},` +
+      `{"id":"${e.id}","type":${JSON.stringify(e.type)},"aggregate_type":${JSON.stringify(e.aggregateType)},` +
+        `"aggregate_id":${JSON.stringify(e.aggregateId)},"key":${JSON.stringify(e.key)},` +
         `"destination":${JSON.stringify(e.destination)},"headers":${JSON.stringify(e.headers)},` +
-        `"occurredAt":"${e.occurredAt.toISOString()}","version":${e.version === null ? 'null' : String(e.version)},` +
+        `"occurred_at":"${e.occurredAt.toISOString()}","version":${e.version === null ? 'null' : String(e.version)},` +
         `"payload":${e.payloadJson}}`,
     );
   }

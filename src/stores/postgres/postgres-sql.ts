@@ -60,16 +60,19 @@ const INSERT_COLUMNS = 'id, type, aggregate_type, aggregate_id, key, destination
 /**
  * The insert of one enqueue call. `single`: one event as ten parameters
  * ($1 id ... $10 version) in a plain VALUES row, the cheapest shape for the
- * common one-event transaction; otherwise $1 is a JSON array of events,
- * inserted in array order. With `notify`, one notification per statement
+ * common one-event transaction; otherwise $1 is a JSON array of events
+ * whose keys are the column names, inserted in array order.
+ * `json_to_recordset` parses each element once (a `json` column, `payload`,
+ * gets its text exactly as written); extracting fields with `->>` parsed the
+ * element again for every field. With `notify`, one notification per statement
  * (PostgreSQL deduplicates it per transaction).
  */
 export function insertEventsSql(n: PostgresNames, notify: boolean, ignoreDuplicates = false, single = false): string {
   const source = single
     ? `VALUES ($1::uuid, $2, $3, $4, $5, $6, $7::json, $8::jsonb, $9::timestamptz, $10::bigint)`
-    : `SELECT (e->>'id')::uuid, e->>'type', e->>'aggregateType', e->>'aggregateId', e->>'key', e->>'destination',
-         e->'payload', (e->'headers')::jsonb, (e->>'occurredAt')::timestamptz, (e->>'version')::bigint
-  FROM json_array_elements($1::json) WITH ORDINALITY AS x(e, n)
+    : `SELECT ${INSERT_COLUMNS}
+  FROM ROWS FROM (json_to_recordset($1::json) AS (id uuid, type text, aggregate_type text, aggregate_id text, key text,
+    destination text, payload json, headers jsonb, occurred_at timestamptz, version bigint)) WITH ORDINALITY AS x(${INSERT_COLUMNS}, n)
   ORDER BY n`;
   const insert = `INSERT INTO ${n.outbox} (${INSERT_COLUMNS})
   ${source}${ignoreDuplicates ? '\n  ON CONFLICT (id) WHERE replay_id IS NULL DO NOTHING' : ''}`;
