@@ -31,6 +31,16 @@ export interface OutboxEvent<TPayload = unknown, TType extends string = string> 
   readonly version: number | null;
 }
 
+/**
+ * The payload as JSON text, for a transport to send: the stored text when the
+ * event has it (`payloadJson`), otherwise `payload` serialized (`undefined`
+ * as `null`). Returns undefined for a payload JSON cannot represent (a
+ * function, a symbol); throws where `JSON.stringify` throws (a cycle, a BigInt).
+ */
+export function payloadText(event: OutboxEvent): string | undefined {
+  return event.payloadJson ?? JSON.stringify(event.payload === undefined ? null : event.payload);
+}
+
 /** The event without `payloadJson`: for a copy whose payload may change, or that is stored with its payload already. */
 export function withoutPayloadText<E extends OutboxEvent>(event: E): Omit<E, 'payloadJson'> {
   const { payloadJson: _text, ...rest } = event;

@@ -137,8 +137,8 @@ export interface Transport {
    * at most one event per key in a call, so events of a call may be sent
    * concurrently. Per-event failures are outcomes; the promise rejects only on
    * a programming error. Publishing the same id twice is allowed (at-least-once).
-   * Send `event.payloadJson` when it is there (the payload's stored JSON text)
-   * rather than serializing `event.payload` again.
+   * Send `payloadText(event)`: the payload's stored JSON text when the event
+   * has it, rather than serializing `event.payload` again.
    */
   publish(events: readonly OutboxEvent[], signal: AbortSignal): Promise<PublishOutcome[]>;
   /** Closes connections; in-flight publishes are finished or aborted first. */

@@ -7,7 +7,7 @@
  */
 import { request as httpRequest, type Agent as HttpAgent, type ClientRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest, type Agent as HttpsAgent } from 'node:https';
-import type { OutboxEvent } from '../../core/envelope.ts';
+import { payloadText, type OutboxEvent } from '../../core/envelope.ts';
 import type { PublishOutcome } from '../../core/ports.ts';
 import { ceHeaderValue, forwardableHeaderName, isValidHeaderValue } from './http-headers.ts';
 import { ACK, abortedFailure, bodyExcerpt, fail, failedResponse, networkFailure, timeoutFailure } from './http-outcomes.ts';
@@ -248,7 +248,7 @@ export class PublishCall {
  * out). A stored payload's JSON text goes in as it is.
  */
 function serializeEnvelope(e: OutboxEvent): string {
-  const payload = e.payloadJson ?? JSON.stringify(e.payload === undefined ? null : e.payload) ?? 'null';
+  const payload = payloadText(e) ?? 'null';
   const j = JSON.stringify;
   return (
     `{"id":${j(e.id)},"type":${j(e.type)},"aggregateType":${j(e.aggregateType)},"aggregateId":${j(e.aggregateId)},` +

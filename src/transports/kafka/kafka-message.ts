@@ -4,7 +4,7 @@
  * other fields in `txbox-*` headers, and the event's own headers (trace
  * context) as they are. And the reverse, for consumers.
  */
-import type { OutboxEvent } from '../../core/envelope.ts';
+import { payloadText, type OutboxEvent } from '../../core/envelope.ts';
 import type { KafkaRecord } from './kafka-client.ts';
 
 export const KAFKA_HEADER = {
@@ -37,7 +37,7 @@ export type BuiltRecord = { readonly ok: true; readonly record: KafkaRecord } | 
 export function buildKafkaRecord(event: OutboxEvent, topic: string): BuiltRecord {
   let json: string | undefined;
   try {
-    json = event.payloadJson ?? JSON.stringify(event.payload);
+    json = payloadText(event);
   } catch (err) {
     return { ok: false, reason: `the payload cannot be serialized to JSON (${err instanceof Error ? err.message : String(err)})` };
   }

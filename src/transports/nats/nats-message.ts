@@ -6,7 +6,7 @@
  * reads such a message back into the envelope.
  */
 import { headers as natsHeaders, type MsgHdrs } from '@nats-io/transport-node';
-import type { OutboxEvent } from '../../core/envelope.ts';
+import { payloadText, type OutboxEvent } from '../../core/envelope.ts';
 
 export const HEADER = {
   msgId: 'Nats-Msg-Id',
@@ -46,7 +46,7 @@ const HEADER_FRAME_BYTES = 12;
 export function buildMessage(event: OutboxEvent, expectedStream: string | null): BuiltMessage {
   let json: string | undefined;
   try {
-    json = event.payloadJson ?? JSON.stringify(event.payload);
+    json = payloadText(event);
   } catch (err) {
     return { ok: false, reason: `the payload cannot be serialized to JSON (${err instanceof Error ? err.message : String(err)})` };
   }

@@ -6,7 +6,7 @@
  * `decodeRabbitMqMessage` rebuilds the envelope on the consuming side.
  */
 import type { Message, Options } from 'amqplib';
-import type { EventHeaders, OutboxEvent } from '../../core/envelope.ts';
+import { payloadText, type EventHeaders, type OutboxEvent } from '../../core/envelope.ts';
 
 /** The AMQP header names txbox sets. Event headers cannot override them. */
 export const RABBITMQ_HEADERS = Object.freeze({
@@ -37,7 +37,7 @@ export interface EncodedRabbitMqMessage {
  * channel.publish('orders', 'order.created', content, properties);
  */
 export function encodeRabbitMqMessage(event: OutboxEvent): EncodedRabbitMqMessage {
-  const json = event.payloadJson ?? JSON.stringify(event.payload === undefined ? null : event.payload);
+  const json = payloadText(event);
   if (json === undefined) throw new TypeError('the payload is not JSON-serializable');
   const headers: Record<string, unknown> = {};
   const eventHeaders = event.headers;

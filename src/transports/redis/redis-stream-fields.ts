@@ -5,7 +5,7 @@
  * `headers` (JSON object), `payload` (JSON). The entry's own stream id
  * (`1718000000000-0`) is Redis's; the event `id` field is the dedup key.
  */
-import type { OutboxEvent } from '../../core/envelope.ts';
+import { payloadText, type OutboxEvent } from '../../core/envelope.ts';
 
 /**
  * The XADD field list of an event: `[name, value, name, value, ...]`.
@@ -25,7 +25,7 @@ export function encodeStreamFields(event: OutboxEvent): string[] {
     event.key,
   ];
   if (event.version !== null) fields.push('version', String(event.version));
-  fields.push('occurredAt', event.occurredAt.toISOString(), 'headers', JSON.stringify(event.headers), 'payload', event.payloadJson ?? JSON.stringify(event.payload) ?? 'null');
+  fields.push('occurredAt', event.occurredAt.toISOString(), 'headers', JSON.stringify(event.headers), 'payload', payloadText(event) ?? 'null');
   return fields;
 }
 
