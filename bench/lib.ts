@@ -332,6 +332,25 @@ export function machine(): string {
   return `${availableParallelism()} CPUs, load average 1 min ${one!.toFixed(2)}, 5 min ${five!.toFixed(2)}`;
 }
 
+/** Customers in the producer benchmarks' business tables; a transaction bumps a random one. */
+export const CUSTOMERS = 1000;
+
+/**
+ * The producer benchmarks' business tables in the bench schema: `customers`
+ * (CUSTOMERS counter rows), `orders`, and `plain_events`, a primary-key-only
+ * jsonb table for the "what does any extra insert cost" diagnostic.
+ */
+export async function createBusinessTables(bench: Bench): Promise<void> {
+  const s = `"${bench.schema}"`;
+  await bench.sql(`CREATE TABLE ${s}.customers (id int PRIMARY KEY, orders int NOT NULL DEFAULT 0, spent bigint NOT NULL DEFAULT 0)`);
+  await bench.sql(`INSERT INTO ${s}.customers (id) SELECT generate_series(0, ${CUSTOMERS - 1})`);
+  await bench.sql(
+    `CREATE TABLE ${s}.orders (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, customer_id int NOT NULL, total bigint NOT NULL,
+       status text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`,
+  );
+  await bench.sql(`CREATE TABLE ${s}.plain_events (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, payload jsonb NOT NULL)`);
+}
+
 /**
  * CPU time (user + system, ms) used so far by every process named `postgres`
  * on this machine, from /proc; undefined where there is no /proc. Only

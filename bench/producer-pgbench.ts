@@ -28,7 +28,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { insertEventsSql } from '../src/stores/postgres/postgres-sql.ts';
-import { DATABASE_URL, envInt, fmtInt, log, median, orderPayload, printTable, summary, withBench } from './lib.ts';
+import { createBusinessTables, CUSTOMERS, DATABASE_URL, envInt, fmtInt, log, median, orderPayload, printTable, summary, withBench } from './lib.ts';
 
 const SECONDS = envInt('BENCH_SECONDS', 8);
 const CLIENTS = envInt('BENCH_CLIENTS', 4);
@@ -45,13 +45,7 @@ await withBench('pgbench', async (bench) => {
     throw new Error('pgbench is not on the PATH: install postgresql-client (Debian: apt-get install postgresql-client)');
   }
   const s = `"${bench.schema}"`;
-  await bench.sql(`CREATE TABLE ${s}.customers (id int PRIMARY KEY, orders int NOT NULL DEFAULT 0, spent bigint NOT NULL DEFAULT 0)`);
-  await bench.sql(`INSERT INTO ${s}.customers (id) SELECT generate_series(0, 999)`);
-  await bench.sql(
-    `CREATE TABLE ${s}.orders (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, customer_id int NOT NULL, total bigint NOT NULL,
-       status text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`,
-  );
-  await bench.sql(`CREATE TABLE ${s}.plain_events (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, payload jsonb NOT NULL)`);
+  await createBusinessTables(bench);
 
   const payload = literal(JSON.stringify(orderPayload(1234567, 42)));
   // txbox's statement, parameters replaced from the highest number down so that $1 does not match $10.
@@ -93,7 +87,7 @@ await withBench('pgbench', async (bench) => {
   const into = (table: string): string => `${enqueue.replace(bench.names.outbox, `${s}.${table}`)};`;
 
   const business = [
-    '\\set c random(0, 999)',
+    `\\set c random(0, ${CUSTOMERS - 1})`,
     '\\set t random(1000, 9999)',
     '\\set r random(1, 9000000000000000000)',
     'BEGIN;',

@@ -23,14 +23,13 @@
  */
 import pg from 'pg';
 import type { Outbox } from 'txbox';
-import { benchOutbox, DATABASE_URL, envInt, fmtInt, log, median, orderEvent, orderPayload, percentile, postgresCpuMs, printTable, resetOutbox, summary, withBench, type Bench } from './lib.ts';
+import { benchOutbox, createBusinessTables, CUSTOMERS, DATABASE_URL, envInt, fmtInt, log, median, orderEvent, orderPayload, percentile, postgresCpuMs, printTable, resetOutbox, summary, withBench, type Bench } from './lib.ts';
 import { startRelayWorker } from './relay-process.ts';
 
 const SECONDS = envInt('BENCH_SECONDS', 10);
 const CLIENTS = envInt('BENCH_CLIENTS', 4);
 const ROUNDS = envInt('BENCH_ROUNDS', 3);
 const EVENTS_PER_TX = envInt('BENCH_EVENTS_PER_TX', 1);
-const CUSTOMERS = 1000;
 
 interface Mode {
   readonly name: string;
@@ -56,17 +55,6 @@ const ALL_MODES: readonly Mode[] = [
 ];
 const wanted = process.env.BENCH_MODES?.split(',').map((s) => s.trim());
 const MODES = wanted ? ALL_MODES.filter((m) => wanted.includes(m.name)) : ALL_MODES;
-
-async function setupBusiness(bench: Bench): Promise<void> {
-  const s = `"${bench.schema}"`;
-  await bench.sql(`CREATE TABLE ${s}.customers (id int PRIMARY KEY, orders int NOT NULL DEFAULT 0, spent bigint NOT NULL DEFAULT 0)`);
-  await bench.sql(`INSERT INTO ${s}.customers (id) SELECT generate_series(0, ${CUSTOMERS - 1})`);
-  await bench.sql(
-    `CREATE TABLE ${s}.orders (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, customer_id int NOT NULL, total bigint NOT NULL,
-       status text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`,
-  );
-  await bench.sql(`CREATE TABLE ${s}.plain_events (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, payload jsonb NOT NULL)`);
-}
 
 async function resetAll(bench: Bench): Promise<void> {
   const s = `"${bench.schema}"`;
@@ -130,12 +118,10 @@ async function runMode(bench: Bench, mode: Mode): Promise<RunResult> {
         await c.query('BEGIN');
         const { rows } = await c.query<{ id: string }>(insertOrder, [customer, total]);
         await c.query(bumpCustomer, [customer, total]);
-        if (outbox) {
-          const id = Number(rows[0]!.id);
-          await outbox.enqueue(c, EVENTS_PER_TX === 1 ? orderEvent(id, customer) : Array.from({ length: EVENTS_PER_TX }, () => orderEvent(id, customer)));
-        }
+        const orderId = Number(rows[0]!.id);
+        if (outbox) await outbox.enqueue(c, EVENTS_PER_TX === 1 ? orderEvent(orderId, customer) : Array.from({ length: EVENTS_PER_TX }, () => orderEvent(orderId, customer)));
         else if (mode.extra === 'roundtrip') await c.query('SELECT 1');
-        else if (mode.extra === 'plain-insert') await c.query(plainInsert, [JSON.stringify(orderPayload(Number(rows[0]!.id), customer))]);
+        else if (mode.extra === 'plain-insert') await c.query(plainInsert, [JSON.stringify(orderPayload(orderId, customer))]);
         await c.query('COMMIT');
         latencies.push(performance.now() - t);
         count++;
@@ -161,7 +147,7 @@ async function runMode(bench: Bench, mode: Mode): Promise<RunResult> {
 }
 
 await withBench('producer', async (bench) => {
-  await setupBusiness(bench);
+  await createBusinessTables(bench);
   log(`producer benchmark: ${CLIENTS} connections, ${SECONDS} s per mode, ${ROUNDS} round(s), modes interleaved, ${EVENTS_PER_TX} event(s) per enqueue call, schema ${bench.schema}`);
   const results = new Map<string, RunResult[]>(MODES.map((m) => [m.name, []]));
   for (let round = 1; round <= ROUNDS; round++) {
