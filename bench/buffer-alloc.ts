@@ -4,7 +4,7 @@
  * every record and every header (docs/performance.md, section 6). The
  * buffers are kept in a ring so the allocation cannot be optimized away.
  *
- *   node --conditions=development --import tsx bench/buffer-alloc.ts
+ *   node --conditions=txbox-source --import tsx bench/buffer-alloc.ts
  *
  * Settings: BENCH_ALLOCS (1000000 per round), BENCH_ROUNDS (3), BENCH_ALLOC_BYTES (512).
  */

@@ -81,7 +81,7 @@ const RECEIVER = fileURLToPath(new URL('./receiver-process.ts', import.meta.url)
 
 /** bench/receiver-process.ts in a child process; resolves once it listens. */
 async function startReceiverProcess(): Promise<{ url: string; server: null; child: ChildProcess }> {
-  const child = fork(RECEIVER, [], { execArgv: ['--conditions=development', '--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork(RECEIVER, [], { execArgv: ['--conditions=txbox-source', '--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   const url = await new Promise<string>((resolve, reject) => {
     child.once('message', (m: ReceiverMessage) => (m.type === 'listening' ? resolve(m.url) : reject(new Error(`receiver said ${m.type}`))));
     child.once('exit', (code) => reject(new Error(`receiver exited with ${String(code)}`)));

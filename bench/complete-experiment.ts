@@ -8,7 +8,7 @@
  * computed once (bench/relay-worker.ts, `complete: 'any-array'`).
  * Same backlog, same relay, alternating store statement and variant.
  *
- *   node --conditions=development --import tsx bench/complete-experiment.ts
+ *   node --conditions=txbox-source --import tsx bench/complete-experiment.ts
  *
  * Settings: BENCH_EVENTS (200000), BENCH_KEYS (1000), BENCH_BATCH (500), BENCH_LANES_LIST (1,2).
  */

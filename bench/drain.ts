@@ -4,7 +4,7 @@
  * (batched claim-and-delete / claim-and-mark loops with no relay). The relay
  * runs in a child process whose RSS is sampled every 100 ms.
  *
- *   node --conditions=development --import tsx bench/drain.ts
+ *   node --conditions=txbox-source --import tsx bench/drain.ts
  *
  * Every run starts from the same backlog (loaded once through enqueue, then
  * copied back before each run). The headline runs are repeated BENCH_REPEAT

@@ -4,7 +4,7 @@
  * with its definition, validation, UUIDv7, payload serialization, the size
  * check and the statement's parameters, for calls of 1 and of 10 events.
  *
- *   node --conditions=development --import tsx bench/enqueue-cpu.ts
+ *   node --conditions=txbox-source --import tsx bench/enqueue-cpu.ts
  *
  * Settings: BENCH_CALLS (200000), BENCH_ROUNDS (3).
  */

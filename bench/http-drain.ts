@@ -8,7 +8,7 @@
  * node, sampling its RSS from /proc: the relay's memory without the tsx
  * loader, which adds about 30 MB to the worker's.
  *
- *   node --conditions=development --import tsx bench/http-drain.ts
+ *   node --conditions=txbox-source --import tsx bench/http-drain.ts
  *
  * Settings: BENCH_EVENTS (200000), BENCH_KEYS (1000), BENCH_BATCH (500), BENCH_LANES (2).
  */

@@ -5,7 +5,7 @@
  * receiver answering 204. Commit time: just after COMMIT returned to the
  * producer; ack time: when the receiver got the request. Same process, one clock.
  *
- *   node --conditions=development --import tsx bench/http-latency.ts
+ *   node --conditions=txbox-source --import tsx bench/http-latency.ts
  *
  * Settings: BENCH_HTTP_RATE (1000), BENCH_HTTP_SECONDS (30), BENCH_LATENCY_CLIENTS (8), BENCH_KEYS (1000),
  * BENCH_NOTIFY (1; 0 relies on the relay's polling), BENCH_RELAY_IN_PROCESS (0), BENCH_RECEIVER_IN_CHILD (0), BENCH_LANES,

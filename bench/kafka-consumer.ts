@@ -11,7 +11,7 @@
  * handlers at once), and the consumer with an in-memory inbox store (no
  * database: the consumer's own ceiling).
  *
- *   node --conditions=development --import tsx bench/kafka-consumer.ts   # runs scripts/kafka/up.sh first
+ *   node --conditions=txbox-source --import tsx bench/kafka-consumer.ts   # runs scripts/kafka/up.sh first
  *
  * Settings (environment): BENCH_KC_EVENTS (20000), BENCH_KC_KEYS (200),
  * BENCH_KC_KEY_CONCURRENCY (comma list, 1,4,16), BENCH_KC_POOL (pg pool size, 16),

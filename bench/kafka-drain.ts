@@ -6,7 +6,7 @@
  * outcome per event). This is the ceiling a relay publishing to Kafka can
  * reach from one process; compare it with bench/drain.ts's SQL limits.
  *
- *   node --conditions=development --import tsx bench/kafka-drain.ts
+ *   node --conditions=txbox-source --import tsx bench/kafka-drain.ts
  *
  * Starts (or reuses) the local broker with scripts/kafka/up.sh. Modes, each
  * on a fresh topic of 6 partitions (deleted afterwards):

@@ -6,7 +6,7 @@
  * NODE_OPTIONS:
  *
  *   NODE_OPTIONS="--import ./bench/kafkajs-pooled-encoder.mjs" BENCH_TRANSPORTS=kafka BENCH_RELAYS=1,2 \
- *     node --conditions=development --import tsx bench/transports.ts
+ *     node --conditions=txbox-source --import tsx bench/transports.ts
  */
 import { createRequire } from 'node:module';
 

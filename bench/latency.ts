@@ -5,7 +5,7 @@
  * between events, so the figure is the wake-up; at 1,000 events/s it also
  * includes claim and mark of busy batches.
  *
- *   node --conditions=development --import tsx bench/latency.ts
+ *   node --conditions=txbox-source --import tsx bench/latency.ts
  *
  * Settings: BENCH_LATENCY_SECONDS (10 per scenario), BENCH_HIGH_RATE (1000), BENCH_LOW_RATE (20),
  * BENCH_LATENCY_CLIENTS (8), BENCH_KEYS (1000).

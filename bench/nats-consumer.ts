@@ -10,7 +10,7 @@
  * and worker mode, where the consumer only stores each pull in the inbox
  * queue (one transaction per batch) and acks: the consumer's own pace.
  *
- *   node --conditions=development --import tsx bench/nats-consumer.ts
+ *   node --conditions=txbox-source --import tsx bench/nats-consumer.ts
  *
  * Settings (environment): BENCH_NC_EVENTS (20000), BENCH_NC_KEYS (200),
  * BENCH_NC_CONCURRENCY (comma list, 32,128), BENCH_NC_BATCH (100),

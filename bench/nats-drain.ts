@@ -5,7 +5,7 @@
  * outcome per event). This is the ceiling a relay publishing to NATS can
  * reach from one process; compare it with bench/drain.ts's SQL limits.
  *
- *   node --conditions=development --import tsx bench/nats-drain.ts
+ *   node --conditions=txbox-source --import tsx bench/nats-drain.ts
  *
  * Modes, each on a fresh stream:
  * - raw, windows: js.publish() of WINDOW messages at once, await all acks, repeat

@@ -5,7 +5,7 @@
  * bench/producer.ts (BEGIN; INSERT an order; UPDATE one of 1000 customers;
  * [one more statement]; COMMIT), 4 clients, prepared protocol (-M prepared).
  *
- *   node --conditions=development --import tsx bench/producer-pgbench.ts
+ *   node --conditions=txbox-source --import tsx bench/producer-pgbench.ts
  *
  * Modes: business only; + SELECT 1; + INSERT of the payload into a jsonb
  * table with only a primary key; + txbox's own single-event INSERT (the text

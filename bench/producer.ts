@@ -3,7 +3,7 @@
  * concurrent connections, with and without an outbox event per transaction,
  * with NOTIFY on and off, with and without a LISTENing relay.
  *
- *   node --conditions=development --import tsx bench/producer.ts
+ *   node --conditions=txbox-source --import tsx bench/producer.ts
  *
  * A business transaction: BEGIN; INSERT an order; UPDATE a counter row of a
  * random one of 1000 customers; [enqueue one ~300-byte event]; COMMIT.

@@ -3,7 +3,7 @@
  * a pre-loaded queue into an inbox on PostgreSQL, with one version-guarded
  * projection upsert (`applyVersioned`) per event in the inbox transaction.
  *
- *   node --conditions=development --import tsx bench/rabbitmq-consumer.ts
+ *   node --conditions=txbox-source --import tsx bench/rabbitmq-consumer.ts
  *
  * MESSAGES persistent messages over KEYS keys (versions 1, 2, ... per key)
  * are published to a durable queue first (not timed). Then, per prefetch

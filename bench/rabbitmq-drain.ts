@@ -6,7 +6,7 @@
  * publishing to RabbitMQ can reach from one process; compare it with
  * bench/drain.ts's SQL limits.
  *
- *   node --conditions=development --import tsx bench/rabbitmq-drain.ts
+ *   node --conditions=txbox-source --import tsx bench/rabbitmq-drain.ts
  *
  * Modes, each on a fresh durable queue behind a durable direct exchange:
  * - raw, windows: WINDOW publishes on a confirm channel, await all confirms, repeat

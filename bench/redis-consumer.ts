@@ -12,7 +12,7 @@
  * "mode", events/s and the p50/p99 per-event latency (for insert commits,
  * per INSERT). Prints figures; asserts nothing.
  *
- *   node --conditions=development --import tsx bench/redis-consumer.ts
+ *   node --conditions=txbox-source --import tsx bench/redis-consumer.ts
  *
  * Settings (environment): BENCH_REDIS_URL (redis://127.0.0.1:6379),
  * BENCH_EVENTS (20000), BENCH_KEYS (200), BENCH_CONCURRENCY (16),

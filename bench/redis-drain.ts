@@ -5,7 +5,7 @@
  * RedisTransport.publish() (serialization, size check, outcomes). The relay's
  * Redis throughput is judged against these figures. Prints figures; asserts nothing.
  *
- *   node --conditions=development --import tsx bench/redis-drain.ts
+ *   node --conditions=txbox-source --import tsx bench/redis-drain.ts
  *
  * Settings (environment): BENCH_REDIS_URL (redis://127.0.0.1:6379),
  * BENCH_EVENTS (200000), BENCH_BATCH (500), BENCH_REDIS_CONCURRENCY (1,2):

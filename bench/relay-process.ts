@@ -76,7 +76,7 @@ const WORKER = fileURLToPath(new URL('./relay-worker.ts', import.meta.url));
 
 export function startRelayWorker(config: RelayWorkerConfig, onReport?: (m: RelayWorkerMessage & { type: 'leases' | 'progress' }) => void): RelayWorker {
   const child = fork(WORKER, [], {
-    execArgv: ['--conditions=development', '--import', 'tsx', ...(process.env.BENCH_RELAY_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_RELAY_CPU_PROF}`] : [])],
+    execArgv: ['--conditions=txbox-source', '--import', 'tsx', ...(process.env.BENCH_RELAY_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_RELAY_CPU_PROF}`] : [])],
     env: { ...process.env, BENCH_RELAY_WORKER: JSON.stringify(config) },
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });

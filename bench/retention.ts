@@ -7,7 +7,7 @@
  * transport; a VACUUM afterwards is timed too (dead rows are a cost either
  * way, and autovacuum may be off). Repeated BENCH_REPEAT times, alternating.
  *
- *   node --conditions=development --import tsx bench/retention.ts
+ *   node --conditions=txbox-source --import tsx bench/retention.ts
  *
  * Settings: BENCH_EVENTS (200000), BENCH_KEYS (1000), BENCH_BATCH (500), BENCH_LANES (2),
  * BENCH_PRUNE_BATCH (5000), BENCH_REPEAT (2).

@@ -7,7 +7,7 @@
  * process, one clock). Commit time is taken just before COMMIT is sent, so
  * the latency is an upper bound that includes the commit round trip.
  *
- *   node --conditions=development --import tsx bench/transports.ts
+ *   node --conditions=txbox-source --import tsx bench/transports.ts
  *
  * Settings: BENCH_TRANSPORTS (kafka,nats,redis,rabbitmq), BENCH_EVENTS (200000),
  * BENCH_KEYS (1000), BENCH_RATE (1000), BENCH_SECONDS (30), BENCH_BATCH (500), BENCH_LANES (2).

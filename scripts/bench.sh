@@ -36,7 +36,7 @@ for name in $ONLY; do
     continue
   fi
   echo "=== $name ($(date -u +%H:%M:%S)) ==="
-  if ! node --conditions=development --import tsx "$file" 2>&1 | tee "$out/$name.log"; then
+  if ! node --conditions=txbox-source --import tsx "$file" 2>&1 | tee "$out/$name.log"; then
     failed+=("$name")
   fi
   echo

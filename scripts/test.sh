@@ -17,4 +17,4 @@ export TXBOX_TEST_CLI=dist
 mapfile -t files < <(find test -name '*.test.ts' | sort)
 if [ "$#" -gt 0 ]; then files=("$@"); fi
 echo "running ${#files[@]} test files"
-exec node --conditions=development --import tsx --test --test-concurrency="${TXBOX_TEST_CONCURRENCY:-2}" --test-timeout=300000 "${files[@]}"
+exec node --conditions=txbox-source --import tsx --test --test-concurrency="${TXBOX_TEST_CONCURRENCY:-2}" --test-timeout=300000 "${files[@]}"

@@ -29,7 +29,7 @@ after(async () => {
  * handed over could be taken by another process in between. `ready` resolves with its base URL.
  */
 function startConsumer(secret: string, crash: boolean) {
-  const child = spawn(process.execPath, ['--conditions=development', '--import', 'tsx', FIXTURE], {
+  const child = spawn(process.execPath, ['--conditions=txbox-source', '--import', 'tsx', FIXTURE], {
     env: { ...process.env, DATABASE_URL, SCHEMA: db.schema, PORT: '0', SECRET: secret, CRASH_AFTER_COMMIT: crash ? '1' : '' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });

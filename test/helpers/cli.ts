@@ -6,7 +6,7 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
 const BUILT = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
 /** `npm test` builds first and sets TXBOX_TEST_CLI=dist: the CLI then runs as users run it, and starts fast. */
-const ARGS = process.env.TXBOX_TEST_CLI === 'dist' ? [BUILT] : ['--conditions=development', '--import', 'tsx', MAIN];
+const ARGS = process.env.TXBOX_TEST_CLI === 'dist' ? [BUILT] : ['--conditions=txbox-source', '--import', 'tsx', MAIN];
 
 export interface CliResult {
   readonly code: number | null;

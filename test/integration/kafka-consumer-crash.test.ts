@@ -34,7 +34,7 @@ after(async () => {
 });
 
 function startProcess(topic: string, group: string, crash: boolean) {
-  const child = spawn(process.execPath, ['--conditions=development', '--import', 'tsx', FIXTURE], {
+  const child = spawn(process.execPath, ['--conditions=txbox-source', '--import', 'tsx', FIXTURE], {
     env: { ...process.env, DATABASE_URL, SCHEMA: db.schema, TOPIC: topic, GROUP: group, CRASH_AFTER_COMMIT: crash ? '1' : '' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });

@@ -40,7 +40,7 @@ interface Settled {
 }
 
 function startConsumer(crash: boolean) {
-  const child = spawn(process.execPath, ['--conditions=development', '--import', 'tsx', FIXTURE], {
+  const child = spawn(process.execPath, ['--conditions=txbox-source', '--import', 'tsx', FIXTURE], {
     env: { ...process.env, DATABASE_URL, SCHEMA: db.schema, NATS_SERVERS: MAIN_SERVERS, STREAM: s.stream, DURABLE: 'crash', ACK_WAIT_MS: String(ACK_WAIT_MS), CRASH_AFTER_COMMIT: crash ? '1' : '' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });

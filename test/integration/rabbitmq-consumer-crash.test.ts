@@ -42,7 +42,7 @@ interface Settled {
 }
 
 function startConsumer(queue: string, crash: boolean) {
-  const child = spawn(process.execPath, ['--conditions=development', '--import', 'tsx', FIXTURE], {
+  const child = spawn(process.execPath, ['--conditions=txbox-source', '--import', 'tsx', FIXTURE], {
     env: { ...process.env, DATABASE_URL, AMQP_URL, SCHEMA: db.schema, QUEUE: queue, CRASH_AFTER_COMMIT: crash ? '1' : '' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });

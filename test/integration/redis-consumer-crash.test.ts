@@ -38,7 +38,7 @@ after(async () => {
 });
 
 function startConsumer(name: string, crash: boolean) {
-  const child = spawn(process.execPath, ['--conditions=development', '--import', 'tsx', FIXTURE], {
+  const child = spawn(process.execPath, ['--conditions=txbox-source', '--import', 'tsx', FIXTURE], {
     env: { ...process.env, DATABASE_URL, REDIS_URL, SCHEMA: db.schema, STREAM: stream, GROUP: group, CONSUMER_NAME: name, CLAIM_IDLE_MS: '300', CRASH_AFTER_COMMIT: crash ? '1' : '' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
