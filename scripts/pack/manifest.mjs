@@ -21,10 +21,3 @@ function strip(value) {
   }
   return out;
 }
-
-/** Every export target under any condition, for checks: none may point into src/. */
-export function exportTargets(value, path = []) {
-  if (typeof value === 'string') return [{ path: path.join(' > '), target: value }];
-  if (value === null || typeof value !== 'object') return [];
-  return Object.entries(value).flatMap(([key, inner]) => exportTargets(inner, [...path, key]));
-}
