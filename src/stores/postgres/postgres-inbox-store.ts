@@ -44,7 +44,7 @@ export class PostgresInboxStore implements InboxStore {
       // has_held: the key has events waiting for a version gap (usually none: an index probe).
       // Planned on every call, never prepared: a generic plan made while the table is empty
       // (just created, truncated or vacuumed) checks has_held with a sequential scan per row,
-      // and each batch then slows down as the table grows (docs/performance.md, finding 9).
+      // and each batch then slows down as the table grows (docs/performance-notes.md, finding 9).
       claim: `WITH input AS (
           SELECT * FROM jsonb_to_recordset($2::jsonb) AS x(n int, id uuid, type text, key text, version bigint)
         ), claimed AS (

@@ -99,7 +99,7 @@ export class PostgresRelayStore implements RelayStore {
     };
     // The claim's outer statement (a call of the claim function, which plans its query per
     // call) runs prepared. The complete statement is planned per call: a generic plan cannot
-    // see the batch size or the table's growth, and drained 20-40% slower (docs/performance.md).
+    // see the batch size or the table's growth, and drained 20-40% slower (docs/performance-notes.md, finding 7).
     this.#names = { claim: statementName(this.#sql.claim) };
   }
 
