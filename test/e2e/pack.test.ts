@@ -192,6 +192,15 @@ describe('npm pack: the tarball installs and the quick start runs from it', { ti
     assert.deepEqual(failures, []);
   });
 
+  it('the txbox command without pg says which package to install, instead of a stack trace', async () => {
+    const dir = scratchApp(join(work, 'cli-without-pg'));
+    ok(await npmInstall(dir, [tarball]), 'npm install of the tarball alone');
+    const help = await run(join(dir, 'node_modules', '.bin', 'txbox'), ['--help'], dir);
+    assert.equal(help.code, 2, `exit code: ${help.stderr}`);
+    assert.match(help.stderr, /needs the package "pg".*npm install pg/);
+    assert.doesNotMatch(help.stderr, /ERR_MODULE_NOT_FOUND|node:internal|\n\s+at /);
+  });
+
   it('passes publint and arethetypeswrong (ESM only: node16 from ESM, bundler)', async () => {
     ok(await run(process.execPath, [join(ROOT, 'node_modules', 'publint', 'src', 'cli.js'), 'run', tarball, '--strict'], work), 'publint');
     ok(await run(process.execPath, [join(ROOT, 'node_modules', '@arethetypeswrong', 'cli', 'dist', 'index.js'), tarball, '--profile', 'esm-only'], work), 'attw');
