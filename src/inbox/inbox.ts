@@ -2,11 +2,18 @@ import { TypedEmitter, keyHash } from '../core/emitter.ts';
 import { withoutPayloadText, type OutboxEvent } from '../core/envelope.ts';
 import { ConfigError, TxboxError } from '../core/errors.ts';
 import type { EventDefinition } from '../core/events.ts';
+import { canonicalEventId, inboundEventProblem, storableText } from '../core/inbound-event.ts';
 import { InboxBatchError, type InboxOutcome, type InboxStore } from '../core/inbox-ports.ts';
 import type { Logger } from '../core/logger.ts';
 import { silentLogger } from '../core/logger.ts';
 import type { SqlExecutor } from '../core/ports.ts';
 import { resolveRetryOptions, retryDelay, type ResolvedRetryOptions, type RetryOptions } from '../core/retry.ts';
+import { classifyStoreError, storeErrorText } from '../core/store-errors.ts';
+
+/** Tries of an event whose inbox row PostgreSQL refuses (a deterministic store error) before it is dead. */
+export const STORE_REFUSAL_ATTEMPTS = 3;
+/** Events whose refusals are counted in memory at most (the oldest is forgotten first). */
+const REFUSALS_TRACKED = 10_000;
 
 /**
  * Thrown by a handler (or by `applyVersioned` with `onGap: 'hold'`) to keep
@@ -93,6 +100,8 @@ export class Inbox {
   readonly #queue: Pending[] = [];
   #scheduled = false;
   #flushing = 0;
+  /** Deterministic store refusals per event id (see #refused). */
+  readonly #refusals = new Map<string, number>();
 
   constructor(options: InboxOptions) {
     if (!options?.store || typeof options.store.runBatch !== 'function') {
@@ -137,7 +146,10 @@ export class Inbox {
    * grouped into one transaction (`batch`); do not call it concurrently for
    * events of the same key: wait for the earlier one, as consumers do.
    */
-  process(event: OutboxEvent): Promise<InboxOutcome> {
+  process(received: OutboxEvent): Promise<InboxOutcome> {
+    const admitted = this.#admit(received);
+    if ('outcome' in admitted) return Promise.resolve(admitted.outcome);
+    const event = admitted.event;
     if (this.#batchMax <= 1) return this.#processAlone(event);
     return new Promise((resolve, reject) => {
       this.#queue.push({ event, resolve, reject });
@@ -150,6 +162,25 @@ export class Inbox {
         });
       }
     });
+  }
+
+  /**
+   * The boundary: an event the inbox can never store (an id that is not a
+   * UUID, NUL in a text field, `\u0000` in the payload) is dead at once with
+   * a reason naming the field, without a row; the id is made canonical (lower
+   * case, hyphenated), the form the table compares and the handler sees.
+   */
+  #admit(event: OutboxEvent): { event: OutboxEvent } | { outcome: InboxOutcome } {
+    if (!this.#handlers.has(event.type)) return { outcome: { status: 'ignored' } };
+    const problem = inboundEventProblem(event);
+    if (problem !== null) {
+      const id = String(event.id).slice(0, 60);
+      this.events.fire('failed', { id, type: event.type, attempts: 0, dead: true, error: problem });
+      this.#logger.warn({ consumer: this.consumer, type: event.type, err: problem }, 'txbox inbox: event cannot be stored; dead without running the handler');
+      return { outcome: { status: 'dead', attempts: 0, error: problem } };
+    }
+    const id = canonicalEventId(event.id)!;
+    return { event: id === event.id ? event : { ...event, id } };
   }
 
   #pump(): void {
@@ -224,9 +255,14 @@ export class Inbox {
         item.resolve(stopped);
         continue;
       }
-      const outcome = await this.#processAlone(item.event);
-      if (outcome.status === 'retry') failedKeys.set(item.event.key, outcome);
-      item.resolve(outcome);
+      try {
+        const outcome = await this.#processAlone(item.event);
+        if (outcome.status === 'retry') failedKeys.set(item.event.key, outcome);
+        item.resolve(outcome);
+      } catch (err) {
+        // The store failed for this event (an outage): only its caller retries; the others go on.
+        item.reject(err);
+      }
     }
   }
 
@@ -261,19 +297,60 @@ export class Inbox {
     } catch (thrown) {
       const err = thrown instanceof InboxBatchError ? thrown.cause : thrown;
       if (err instanceof HoldEvent) {
-        await this.#store.hold(this.consumer, event, err.message);
-        this.events.fire('held', { id: event.id, type: event.type, keyHash: keyHash(event.key), reason: err.message });
+        const reason = storableText(err.message);
+        const refused = await this.#refused(event, () => this.#store.hold(this.consumer, event, reason), `holding it (${reason})`);
+        if (refused) return { outcome: refused, heldKeys: [] };
+        this.#refusals.delete(event.id);
+        this.events.fire('held', { id: event.id, type: event.type, keyHash: keyHash(event.key), reason });
         return { outcome: { status: 'held' }, heldKeys: [] };
       }
-      const message = (err instanceof Error ? err.message : String(err)).slice(0, 2000);
+      const message = storableText(err instanceof Error ? err.message : String(err));
       const max = err instanceof InvalidPayload ? 1 : this.#retry.maxAttempts;
-      const { attempts, dead } = await this.#store.recordFailure(this.consumer, event, message, max);
+      let recorded: { attempts: number; dead: boolean } | undefined;
+      const refused = await this.#refused(
+        event,
+        async () => {
+          recorded = await this.#store.recordFailure(this.consumer, event, message, max);
+        },
+        `recording its failure (${message})`,
+      );
+      if (refused) return { outcome: refused, heldKeys: [] };
+      this.#refusals.delete(event.id);
+      const { attempts, dead } = recorded!;
       this.events.fire('failed', { id: event.id, type: event.type, attempts, dead, error: message });
       this.#logger.warn({ consumer: this.consumer, id: event.id, type: event.type, attempts, dead, err: message }, 'txbox inbox: handler failed');
       const outcome: InboxOutcome = dead
         ? { status: 'dead', attempts, error: message }
         : { status: 'retry', attempts, error: message, delayMs: retryDelay(this.#retry, attempts) };
       return { outcome, heldKeys: [] };
+    }
+  }
+
+  /**
+   * Runs a write of the inbox's own row. An outage rethrows (the consumer
+   * retries in place as long as it lasts). A deterministic refusal (SQLSTATE
+   * 22xxx, 23xxx: the same event is refused every time) is counted per event:
+   * a `retry` outcome until STORE_REFUSAL_ATTEMPTS, then `dead`, so the
+   * consumer dead-letters it and its key, partition or stream flows again.
+   * Undefined when the write succeeded.
+   */
+  async #refused(event: OutboxEvent, write: () => Promise<void>, doing: string): Promise<InboxOutcome | undefined> {
+    try {
+      await write();
+      return undefined;
+    } catch (err) {
+      if (classifyStoreError(err) !== 'deterministic') throw err;
+      const attempts = (this.#refusals.get(event.id) ?? 0) + 1;
+      this.#refusals.delete(event.id);
+      if (attempts < STORE_REFUSAL_ATTEMPTS) {
+        this.#refusals.set(event.id, attempts);
+        if (this.#refusals.size > REFUSALS_TRACKED) this.#refusals.delete(this.#refusals.keys().next().value!);
+      }
+      const dead = attempts >= STORE_REFUSAL_ATTEMPTS;
+      const error = `the inbox store refused ${doing}: ${storeErrorText(err)}`;
+      this.events.fire('failed', { id: event.id, type: event.type, attempts, dead, error });
+      this.#logger.warn({ consumer: this.consumer, id: event.id, type: event.type, attempts, dead, err: error }, 'txbox inbox: the store refused the event');
+      return dead ? { status: 'dead', attempts, error } : { status: 'retry', attempts, error, delayMs: retryDelay(this.#retry, attempts) };
     }
   }
 

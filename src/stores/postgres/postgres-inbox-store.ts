@@ -1,4 +1,6 @@
 import { withoutPayloadText, type OutboxEvent } from '../../core/envelope.ts';
+import { InvalidEventError } from '../../core/errors.ts';
+import { canonicalEventId, quoteId, storableText } from '../../core/inbound-event.ts';
 import { InboxBatchError, type InboxStore } from '../../core/inbox-ports.ts';
 import type { SqlExecutor } from '../../core/ports.ts';
 import type { PostgresConnection } from './postgres-connection.ts';
@@ -26,6 +28,16 @@ function envelopeJson(e: OutboxEvent): string {
 export function envelopeFromJson(v: unknown): OutboxEvent {
   const o = (typeof v === 'string' ? JSON.parse(v) : v) as OutboxEvent & { occurredAt: string };
   return { ...o, occurredAt: new Date(o.occurredAt) };
+}
+
+/**
+ * The id as the uuid column prints it, which the claim compares with; throws
+ * before any SQL for an id the table cannot hold (so nothing is marked).
+ */
+function storedId(id: string): string {
+  const canonical = canonicalEventId(id);
+  if (canonical === null) throw new InvalidEventError('id', `${quoteId(id)} is not a UUID; the inbox cannot store it`);
+  return canonical;
 }
 
 /** The inbox table on PostgreSQL or PGlite. */
@@ -77,11 +89,14 @@ export class PostgresInboxStore implements InboxStore {
   runBatch(consumer: string, events: readonly OutboxEvent[], handler: (tx: SqlExecutor, event: OutboxEvent) => Promise<void>) {
     const seen = new Set<string>();
     const input: { n: number; id: string; type: string; key: string; version: number | null }[] = [];
+    // Ids compared in one form: the claim returns event_id::text (lower case, hyphenated).
+    const ids = events.map((e) => storedId(e.id));
     for (let n = 0; n < events.length; n++) {
       const e = events[n]!;
-      if (seen.has(e.id)) continue; // one row cannot be claimed twice in a statement; the repeat is a duplicate
-      seen.add(e.id);
-      input.push({ n, id: e.id, type: e.type, key: e.key, version: e.version });
+      const id = ids[n]!;
+      if (seen.has(id)) continue; // one row cannot be claimed twice in a statement; the repeat is a duplicate
+      seen.add(id);
+      input.push({ n, id, type: e.type, key: e.key, version: e.version });
     }
     return this.#db.transaction(async (tx) => {
       const { rows } = (await tx.query(this.#sql.claim, [consumer, JSON.stringify(input)])) as { rows: { id: string; key: string; has_held: boolean }[] };
@@ -90,7 +105,7 @@ export class PostgresInboxStore implements InboxStore {
       const ran = events.map(() => false);
       for (let i = 0; i < events.length; i++) {
         const e = events[i]!;
-        if (!claimed.delete(e.id)) continue;
+        if (!claimed.delete(ids[i]!)) continue;
         try {
           await handler(tx, e);
         } catch (err) {
@@ -105,11 +120,11 @@ export class PostgresInboxStore implements InboxStore {
   async recordFailure(consumer: string, event: OutboxEvent, error: string, maxAttempts: number) {
     const { rows } = await this.#db.query<{ attempts: number; status: string }>(this.#sql.fail, [
       consumer,
-      event.id,
+      storedId(event.id),
       event.type,
       event.key,
       event.version,
-      error,
+      storableText(error),
       maxAttempts,
       envelopeJson(event),
     ]);
@@ -118,7 +133,7 @@ export class PostgresInboxStore implements InboxStore {
   }
 
   async hold(consumer: string, event: OutboxEvent, reason: string): Promise<void> {
-    await this.#db.query(this.#sql.hold, [consumer, event.id, event.type, event.key, event.version, reason, envelopeJson(event)]);
+    await this.#db.query(this.#sql.hold, [consumer, storedId(event.id), event.type, event.key, event.version, storableText(reason), envelopeJson(event)]);
   }
 
   async redrivable(consumer: string, limit: number, key?: string): Promise<OutboxEvent[]> {
