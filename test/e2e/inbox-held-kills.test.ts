@@ -55,7 +55,7 @@ interface Running {
 
 function startConsumer(name: string): Running {
   const child = spawn(process.execPath, ['--conditions=txbox-source', '--import', 'tsx', FIXTURE], {
-    env: { ...process.env, DATABASE_URL, REDIS_URL, SCHEMA: db.schema, STREAM: stream, GROUP: group, CONSUMER_NAME: name, CLAIM_IDLE_MS: '500', HANDLER_DELAY_MS: '15', HELD_RECHECK_MS: '500' },
+    env: { ...process.env, DATABASE_URL, REDIS_URL, SCHEMA: db.schema, STREAM: stream, GROUP: group, CONSUMER_NAME: name, CLAIM_IDLE_MS: '500', HANDLER_DELAY_MS: '40', HELD_RECHECK_MS: '500', READ_COUNT: '4' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   let settled = 0;

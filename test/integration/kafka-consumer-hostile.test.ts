@@ -115,4 +115,26 @@ describe('KafkaConsumer with input PostgreSQL refuses', { timeout: 180_000 }, ()
     const [queued] = await db.query<{ rows: number }>(`SELECT count(*)::int AS rows FROM "${db.schema}".inbox_queue`);
     assert.equal(queued!.rows, good.length);
   });
+
+  it('worker mode: a record the queue table refuses (a constraint: SQLSTATE 23514) is found in its chunk and dead-lettered; the others are queued', async () => {
+    const topic = await newTopic(1);
+    const groupId = newGroup();
+    await migratePostgres(db.connection, postgresNames({ schema: db.schema, table: 'refusing_queue' }));
+    await db.query(`ALTER TABLE "${db.schema}".refusing_queue ADD CONSTRAINT no_refused CHECK (type <> 'Refused')`);
+    const queue = new InboxQueue(new PostgresOutboxStore({ schema: db.schema, table: 'refusing_queue', onDuplicateId: 'ignore' }), (fn) => db.connection.transaction(fn));
+    const refused = ev('refused', { type: 'Refused' });
+    const good = Array.from({ length: 10 }, (_, i) => ev(`q${i}`));
+    await publish(topic, [...good.slice(0, 5), refused, ...good.slice(5)]);
+    const consumer = consumerOf({ groupId, topics: [topic], queue });
+    await consumer.start();
+    try {
+      await waitFor('the good records queued', () => consumer.stats.queued === good.length, 60_000);
+      await waitFor('every offset committed', async () => (await uncommitted(topic, groupId)) === 0, 30_000);
+    } finally {
+      await consumer.stop();
+    }
+    assert.equal(consumer.stats.rejected, 1);
+    const dead = await readTopic(`${topic}.dead`, 1);
+    assert.match(dead[0]!.headers?.['txbox-dead-reason']?.toString() ?? '', /the inbox queue refused it: SQLSTATE 23514/);
+  });
 });

@@ -132,4 +132,28 @@ describe('RedisConsumer with input PostgreSQL refuses', { timeout: 120_000 }, ()
     const [queued] = await db.query<{ rows: number }>(`SELECT count(*)::int AS rows FROM "${db.schema}".inbox_queue`);
     assert.equal(queued!.rows, good.length);
   });
+
+  it('worker mode: an entry the queue table refuses (a constraint: SQLSTATE 23514) is found in its chunk and dead-lettered; the others are queued', async () => {
+    n++;
+    const stream = `${prefix}notes-${n}`;
+    const name = `rh-${n}`;
+    await migratePostgres(db.connection, postgresNames({ schema: db.schema, table: 'refusing_queue' }));
+    await db.query(`ALTER TABLE "${db.schema}".refusing_queue ADD CONSTRAINT no_refused CHECK (type <> 'Refused')`);
+    const queue = new InboxQueue(new PostgresOutboxStore({ schema: db.schema, table: 'refusing_queue', onDuplicateId: 'ignore' }), (fn) => db.connection.transaction(fn));
+    const refused = ev('refused', { type: 'Refused' });
+    const good = Array.from({ length: 10 }, (_, i) => ev(`q${i}`));
+    for (const e of [...good.slice(0, 5), refused, ...good.slice(5)]) await admin.xadd(stream, '*', ...encodeStreamFields(e));
+    const consumer = consumerFor(stream, name, { queue, count: 50 });
+    await consumer.start();
+    try {
+      await waitFor('the good entries queued and the refused one dead-lettered', async () => consumer.stats.queued === good.length && (await admin.xlen(`${stream}:dead`)) === 1, 60_000);
+      await waitFor('all acked', async () => (await pending(stream, name)) === 0);
+    } finally {
+      await consumer.stop();
+    }
+    const [queued] = await db.query<{ rows: number }>(`SELECT count(*)::int AS rows FROM "${db.schema}".refusing_queue`);
+    assert.equal(queued!.rows, good.length);
+    const reasons = deadReasons((await admin.xrange(`${stream}:dead`, '-', '+')) as [string, string[]][]);
+    assert.match(reasons[0]!, /the inbox queue refused it: SQLSTATE 23514/);
+  });
 });
