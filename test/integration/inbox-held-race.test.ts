@@ -114,6 +114,27 @@ describe('held events on the real PostgreSQL', () => {
     assert.equal(await heldCount(consumer), 0, 'nothing stays held');
   });
 
+  it('group commit: when process() of the missing version resolves, its held successor is already applied (released before the caller hears back)', async () => {
+    const consumer = 'grouped';
+    // Latency injected into the release's first look: the caller would otherwise see the answer first.
+    const slowLook: InboxStore = {
+      runBatch: (...a) => store.runBatch(...a),
+      recordFailure: (...a) => store.recordFailure(...a),
+      hold: (...a) => store.hold(...a),
+      recheckHeld: (...a) => store.recheckHeld(...a),
+      redrivable: async (...a) => {
+        await new Promise((r) => setTimeout(r, 300));
+        return store.redrivable(...a);
+      },
+    };
+    const inbox = projecting(consumer, slowLook);
+    assert.equal((await inbox.process(changed('g', 1))).status, 'processed');
+    assert.equal((await inbox.process(changed('g', 3))).status, 'held');
+    // Two keys at once: one group-commit batch.
+    const [seen] = await Promise.all([inbox.process(changed('g', 2)).then(() => version('g')), inbox.process(changed('other', 1))]);
+    assert.equal(seen, 3, 'version 3 was applied before the caller of version 2 heard back');
+  });
+
   it('a held event whose release was missed is applied by the periodic re-check', async () => {
     const consumer = 'recheck';
     const inbox = projecting(consumer, store, undefined, 50);
