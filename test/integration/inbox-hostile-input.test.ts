@@ -12,6 +12,7 @@ import { createInbox, uuidv7, type OutboxEvent } from 'txbox';
 import { PostgresInboxStore, inboxNames, migrateInbox } from 'txbox/postgres';
 import { classifyStoreError } from '../../src/core/store-errors.ts';
 import { canonicalEventId, inboundEventProblem } from '../../src/core/inbound-event.ts';
+import { parseEnvelope } from 'txbox/http';
 import { BACKENDS, openDb, type TestDb } from '../helpers/databases.ts';
 
 function event(overrides: Partial<OutboxEvent> = {}): OutboxEvent {
@@ -47,6 +48,17 @@ describe('inbound event checks (pure)', () => {
     assert.match(inboundEventProblem(event({ payload: { a: [1, { b: 'x\u0000' }] } }))!, /^payload\.a\[1\]\.b: contains/);
     assert.match(inboundEventProblem(event({ headers: { trace: 'a\u0000' } }))!, /^headers: /);
     assert.equal(inboundEventProblem(event({ payload: { text: '\\u0000 literally' }, payloadJson: '{"text":"\\\\u0000 literally"}' })), null);
+  });
+
+  it('the webhook envelope parser refuses what the inbox cannot store (a 400), naming the field', () => {
+    const body = (o: object): string => JSON.stringify({ type: 'Noted', key: 'Note:1', payload: {}, ...o });
+    const id = uuidv7();
+    assert.deepEqual(parseEnvelope(body({ id: 'order-17' })).ok, false);
+    assert.match((parseEnvelope(body({ id: 'order-17' })) as { message: string }).message, /^id: "order-17" is not a UUID/);
+    assert.match((parseEnvelope(body({ id, key: 'a\u0000' })) as { message: string }).message, /^key: contains a NUL/);
+    assert.match((parseEnvelope(body({ id, payload: { x: ['\u0000'] } })) as { message: string }).message, /^payload\.x\[0\]: contains/);
+    const upper = parseEnvelope(body({ id: id.toUpperCase() }));
+    assert.ok(upper.ok, 'any UUID spelling is received (the inbox makes it canonical)');
   });
 
   it('classifyStoreError tells deterministic refusals from outages', () => {
