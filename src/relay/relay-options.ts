@@ -92,12 +92,17 @@ function int(field: string, value: number | undefined, fallback: number, min: nu
   return value;
 }
 
+/** A relay id for a relay started without one: `<host>-<pid>-<random>`. */
+export function defaultRelayId(): string {
+  return `${hostname()}-${process.pid}-${uuidv7().slice(-6)}`;
+}
+
 export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions {
   if (!options?.store || typeof options.store.claim !== 'function') {
     throw new ConfigError('store', 'is required: pass a relay store such as new PostgresRelayStore({ connection })');
   }
   const routes = resolveRoutes(options.transport, options.routes);
-  const relayId = options.relayId ?? `${hostname()}-${process.pid}-${uuidv7().slice(-6)}`;
+  const relayId = options.relayId ?? defaultRelayId();
   if (typeof relayId !== 'string' || !/^[\w.:@-]{1,120}$/.test(relayId)) {
     throw new ConfigError('relayId', 'must be 1-120 characters of letters, digits and . _ : @ -');
   }

@@ -9,7 +9,8 @@ import { resolveRelayOptions, type RelayOptions, type ResolvedRelayOptions } fro
 
 /** Lifecycle events of a relay; metrics and logs subscribe to them. */
 export interface RelayEvents {
-  started: { readonly relayId: string };
+  /** The transport is connected and the first leases taken: the relay is ready. `buckets`: leases held now (0 while other relays hold them all). */
+  started: { readonly relayId: string; readonly buckets: number };
   stopped: { readonly relayId: string; readonly releasedBuckets: number };
   leases: LeaseChange & { readonly relayId: string };
   batch: {
@@ -68,6 +69,11 @@ export class Relay extends TypedEmitter<RelayEvents> {
     return this.#publishedTotal;
   }
 
+  /** Bucket leases this relay holds now. */
+  get heldBuckets(): number {
+    return this.#leases.size;
+  }
+
   /** Connects the transport, takes the first leases and starts the claim loops. Resolves once running. */
   async start(): Promise<void> {
     if (this.#state !== 'idle') throw new Error(`relay is ${this.#state}; create a new relay to start again`);
@@ -78,7 +84,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     await this.#tickLeases();
     this.#loops = [this.#leaseLoop(), this.#retentionLoop()];
     for (let lane = 0; lane < this.options.lanes; lane++) this.#loops.push(this.#laneLoop(lane));
-    this.emit('started', { relayId: this.relayId });
+    this.emit('started', { relayId: this.relayId, buckets: this.#leases.size });
   }
 
   /**
@@ -267,7 +273,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
   #logEvents(): void {
     const log = this.options.logger;
     const relayId = this.relayId;
-    this.on('started', () => log.info({ relayId }, 'txbox relay started'));
+    this.on('started', (e) => log.info(e, 'txbox relay started'));
     this.on('stopped', (e) => log.info(e, 'txbox relay stopped'));
     this.on('leases', (e) => log.info(e, 'txbox relay leases changed'));
     this.on('retry', (e) => log.warn(e, 'txbox relay: publish failed, will retry'));

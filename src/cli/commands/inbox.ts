@@ -50,7 +50,7 @@ Options:
     }
     if (!action || !['migrate', 'status', 'dead', 'prune'].includes(action)) throw new CliError('inbox: choose migrate, status, dead or prune (see txbox inbox --help)');
     if (action === 'dead' && !['list', 'retry', 'discard'].includes(sub ?? '')) throw new CliError('inbox dead: choose list, retry or discard');
-    const db = await openDatabase(inboxConfig, logger, false);
+    const db = await openDatabase(inboxConfig, logger, false, 'txbox inbox');
     try {
       if (action === 'migrate') {
         const applied = await migrateInbox(db.connection, db.names);

@@ -42,7 +42,7 @@ Every change is written to the audit table with the actor (default: OS user).`,
     }
     const limit = flags.limit === undefined ? 100 : Number(flags.limit);
     if (!Number.isSafeInteger(limit) || limit <= 0) throw new CliError('--limit: must be a positive integer');
-    const db = await openDatabase(config, logger);
+    const db = await openDatabase(config, logger, true, 'txbox parked');
     try {
       const admin = new PostgresAdmin(db.connection, { schema: config.schema, table: config.table });
       if (action === 'list') {

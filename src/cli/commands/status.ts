@@ -21,7 +21,7 @@ alive relays only.
 Exit code 0 when the database answered, whatever the backlog.`,
   options: { json: { type: 'boolean' } },
   async run({ flags, config, logger, out }) {
-    const db = await openDatabase(config, logger);
+    const db = await openDatabase(config, logger, true, 'txbox status');
     try {
       const status = await new PostgresAdmin(db.connection, { schema: config.schema, table: config.table }).status();
       out(flags.json ? JSON.stringify(status, null, 2) : renderStatus(db.names.outbox, status));
