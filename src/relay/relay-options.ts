@@ -51,8 +51,15 @@ export interface RelayOptions {
    * `{ keepPublishedMs: 86400000 (1 day), intervalMs: 60000, batchSize: 5000 }`.
    */
   readonly retention?: RetentionOptions | false;
-  /** A pino-compatible logger. Default: silent. */
+  /** A pino-compatible logger. Default: silent. Each batch is logged at debug, a summary at info every `logSummaryIntervalMs`. */
   readonly logger?: Logger;
+  /**
+   * How often the relay logs its info summary (published since the last one,
+   * rate, backlog, parked, leases held), in ms; 0 turns it off. The backlog
+   * and parked counts cost one count of the outbox's open rows per summary.
+   * Default: 60000 (one a minute).
+   */
+  readonly logSummaryIntervalMs?: number;
 }
 
 export interface RetentionOptions {
@@ -82,6 +89,7 @@ export interface ResolvedRelayOptions {
   readonly stopTimeoutMs: number;
   readonly retention: ResolvedRetentionOptions | false;
   readonly logger: Logger;
+  readonly logSummaryIntervalMs: number;
 }
 
 function int(field: string, value: number | undefined, fallback: number, min: number, max: number): number {
@@ -127,6 +135,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     stopTimeoutMs: int('stopTimeoutMs', options.stopTimeoutMs, 10_000, 0, 3_600_000),
     retention: resolveRetention(options.retention),
     logger: options.logger ?? silentLogger,
+    logSummaryIntervalMs: int('logSummaryIntervalMs', options.logSummaryIntervalMs, 60_000, 0, 86_400_000),
   });
 }
 

@@ -100,13 +100,14 @@ describe('txbox relay start-up and logs', { concurrency: true, timeout: 120_000 
     try {
       const outbox = createOutbox({ store: new PostgresOutboxStore({ schema: db.schema }), events: [Placed] });
       await db.transaction((tx) => outbox.enqueue(tx, [Placed({ aggregateId: 'secret-aggregate', payload: { secret: 'hunter2-payload' } })]));
-      const relay = startCli(['relay', '--transport', 'http', '--endpoint', `orders=${receiver.url}/orders`, '--log-level', 'debug'], {
+      const relay = startCli(['relay', '--transport', 'http', '--endpoint', `orders=${receiver.url}/orders`, '--log-level', 'debug', '--log-summary-interval', '1s'], {
         TXBOX_DATABASE_URL: DATABASE_URL,
         TXBOX_SCHEMA: db.schema,
         TXBOX_WEBHOOK_SECRET: receiver.secret,
       });
       try {
         await waitFor('a batch line', () => /"msg":"txbox relay batch"/.test(relay.stderr()), 60_000);
+        await waitFor('a summary line after the batch', () => /"msg":"txbox relay summary"/.test(relay.stderr().slice(relay.stderr().indexOf('"msg":"txbox relay batch"'))), 60_000);
       } finally {
         relay.child.kill('SIGTERM');
       }
@@ -119,6 +120,11 @@ describe('txbox relay start-up and logs', { concurrency: true, timeout: 120_000 
       assert.equal(entry.published, 1);
       assert.equal(typeof entry.lane, 'number');
       assert.equal(typeof entry.durationMs, 'number');
+      const lines = result.stderr.split('\n');
+      const summaries = lines.filter((l) => l.includes('"msg":"txbox relay summary"')).map((l) => JSON.parse(l) as Record<string, unknown>);
+      const after = lines.slice(lines.indexOf(line)).filter((l) => l.includes('"msg":"txbox relay summary"')).map((l) => JSON.parse(l) as Record<string, unknown>);
+      assert.ok(after.length > 0 && after.every((s) => s.level === 'info' && s.leasesHeld === 256 && s.backlog === 0 && s.parkedTotal === 0), JSON.stringify(after));
+      assert.equal(summaries.reduce((n, s) => n + (s.published as number), 0), 1, 'the summaries count the published event once');
       assert.doesNotMatch(result.stderr, /hunter2-payload|secret-aggregate/, 'no payloads or keys in the logs');
     } finally {
       await receiver.close();

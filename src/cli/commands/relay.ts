@@ -37,7 +37,10 @@ Options:
   --skip-parked D1,D2       destinations whose parked events do not hold their key
   --keep-published DUR      retention of published rows, e.g. 24h, 7d, or off (default 24h)
   --delete-on-publish       delete rows when published (no replay; no retention needed)
-  --relay-id ID             name in leases and status (default host-pid-random)`,
+  --relay-id ID             name in leases and status (default host-pid-random)
+  --log-summary-interval DUR  how often the info summary line is logged (published, rate,
+                            backlog, parked, leases held), e.g. 30s, 5m, or off (default 1m).
+                            --log-level debug also logs one line per batch`,
   options: {
     transport: { type: 'string' },
     'transport-url': { type: 'string' },
@@ -52,6 +55,7 @@ Options:
     'keep-published': { type: 'string' },
     'delete-on-publish': { type: 'boolean' },
     'relay-id': { type: 'string' },
+    'log-summary-interval': { type: 'string' },
   },
   async run({ flags, config, logger, signal, out }) {
     const transport = await createTransport(config.transport, logger);
@@ -68,6 +72,7 @@ Options:
         transport,
         logger,
         relayId,
+        ...logSummary(flags['log-summary-interval']),
         ...(r.batchSize !== undefined ? { batchSize: r.batchSize } : {}),
         ...(r.lanes !== undefined ? { lanes: r.lanes } : {}),
         ...(r.leaseTtlMs !== undefined ? { leaseTtlMs: r.leaseTtlMs } : {}),
@@ -99,3 +104,12 @@ Options:
     return 0;
   },
 };
+
+/** `--log-summary-interval`: a duration, or off. */
+function logSummary(flag: unknown): { logSummaryIntervalMs?: number } {
+  if (typeof flag !== 'string') return {};
+  if (flag === 'off') return { logSummaryIntervalMs: 0 };
+  const ms = parseDuration(flag, '--log-summary-interval');
+  if (ms < 1000) throw new CliError('--log-summary-interval: must be at least 1s, or off');
+  return { logSummaryIntervalMs: ms };
+}
