@@ -11,7 +11,7 @@ import pg from 'pg';
 import { createOutbox, defineEvent, payloadType } from 'txbox';
 import { PostgresOutboxStore } from 'txbox/postgres';
 import { DATABASE_URL, openDb, type TestDb } from '../helpers/databases.ts';
-import { startCli, type CliResult } from '../helpers/cli.ts';
+import { runCli, startCli, type CliResult } from '../helpers/cli.ts';
 import { startReceiver } from '../helpers/receiver.ts';
 import { waitFor } from '../helpers/wait.ts';
 
@@ -71,6 +71,17 @@ describe('txbox relay start-up and logs', { concurrency: true, timeout: 120_000 
       relay.child.kill('SIGTERM');
       expectExit(await relay.exited, 0, 'relay after SIGTERM');
     }
+  });
+
+  it('a bad --log-summary-interval exits 2 naming the flag', async () => {
+    const db = await freshDb();
+    const env = { TXBOX_DATABASE_URL: DATABASE_URL, TXBOX_SCHEMA: db.schema, TXBOX_LOG_LEVEL: 'warn' };
+    const base = ['relay', '--transport', 'http', '--endpoint', 'orders=http://127.0.0.1:9/x'];
+    const [unit, tooShort] = await Promise.all([runCli([...base, '--log-summary-interval', '5x'], env), runCli([...base, '--log-summary-interval', '10ms'], env)]);
+    expectExit(unit, 2, '--log-summary-interval 5x');
+    assert.match(unit.stderr, /--log-summary-interval: "5x" is not a duration/);
+    expectExit(tooShort, 2, '--log-summary-interval 10ms');
+    assert.match(tooShort.stderr, /--log-summary-interval: must be at least 1s, or off/);
   });
 
   it('an application_name in the database URL wins', async () => {
