@@ -116,6 +116,8 @@ export interface RelayStore {
    * than `olderThanMs` ago (never pending or parked ones). Returns how many.
    */
   prune?(olderThanMs: number, limit: number): Promise<number>;
+  /** Optional: how many events are pending and parked (all buckets), for the relay's periodic log summary. */
+  backlog?(): Promise<{ readonly pending: number; readonly parked: number }>;
   /** Releases connections the store opened itself. */
   close(): Promise<void>;
 }

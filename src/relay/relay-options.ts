@@ -51,8 +51,15 @@ export interface RelayOptions {
    * `{ keepPublishedMs: 86400000 (1 day), intervalMs: 60000, batchSize: 5000 }`.
    */
   readonly retention?: RetentionOptions | false;
-  /** A pino-compatible logger. Default: silent. */
+  /** A pino-compatible logger. Default: silent. Each batch is logged at debug, a summary at info every `logSummaryIntervalMs`. */
   readonly logger?: Logger;
+  /**
+   * How often the relay logs its info summary (published since the last one,
+   * rate, backlog, parked, leases held), in ms; 0 turns it off. The backlog
+   * and parked counts cost one count of the outbox's open rows per summary.
+   * Default: 60000 (one a minute).
+   */
+  readonly logSummaryIntervalMs?: number;
 }
 
 export interface RetentionOptions {
@@ -82,6 +89,7 @@ export interface ResolvedRelayOptions {
   readonly stopTimeoutMs: number;
   readonly retention: ResolvedRetentionOptions | false;
   readonly logger: Logger;
+  readonly logSummaryIntervalMs: number;
 }
 
 function int(field: string, value: number | undefined, fallback: number, min: number, max: number): number {
@@ -92,12 +100,17 @@ function int(field: string, value: number | undefined, fallback: number, min: nu
   return value;
 }
 
+/** A relay id for a relay started without one: `<host>-<pid>-<random>`. */
+export function defaultRelayId(): string {
+  return `${hostname()}-${process.pid}-${uuidv7().slice(-6)}`;
+}
+
 export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions {
   if (!options?.store || typeof options.store.claim !== 'function') {
     throw new ConfigError('store', 'is required: pass a relay store such as new PostgresRelayStore({ connection })');
   }
   const routes = resolveRoutes(options.transport, options.routes);
-  const relayId = options.relayId ?? `${hostname()}-${process.pid}-${uuidv7().slice(-6)}`;
+  const relayId = options.relayId ?? defaultRelayId();
   if (typeof relayId !== 'string' || !/^[\w.:@-]{1,120}$/.test(relayId)) {
     throw new ConfigError('relayId', 'must be 1-120 characters of letters, digits and . _ : @ -');
   }
@@ -122,6 +135,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     stopTimeoutMs: int('stopTimeoutMs', options.stopTimeoutMs, 10_000, 0, 3_600_000),
     retention: resolveRetention(options.retention),
     logger: options.logger ?? silentLogger,
+    logSummaryIntervalMs: int('logSummaryIntervalMs', options.logSummaryIntervalMs, 60_000, 0, 86_400_000),
   });
 }
 

@@ -196,9 +196,9 @@ describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {
     expectExit(json, 0, 'status --json');
 
     assert.match(text.stdout, /pending 5 .*parked 3/);
-    assert.match(text.stdout, /^items\s+3\s+0\s+2\s+\S+s$/m);
-    assert.match(text.stdout, /^orders\s+2\s+0\s+1\s+5\.\dm$/m, `oldest pending of orders is about 5 minutes:\n${text.stdout}`);
-    assert.match(text.stdout, /^relay-status-test\s+yes\s+0/m);
+    assert.match(text.stdout, /^items\s+3\s+0\s+2\s+0\s+\S+s$/m);
+    assert.match(text.stdout, /^orders\s+2\s+0\s+1\s+0\s+5\.\dm$/m, `oldest pending of orders is about 5 minutes:\n${text.stdout}`);
+    assert.match(text.stdout, /^relay-status-test\s+alive, heartbeat [\d.]+s ago\s+0/m);
     assert.match(text.stdout, /^table: [\d.]+ MiB with indexes/m);
 
     const status = JSON.parse(json.stdout) as {
@@ -388,8 +388,10 @@ describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {
       for (const p of parkedErrors) assert.match(p.last_error, /HTTP 400 Bad Request.*unknown order/);
       const [owned] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox_buckets WHERE owner IS NOT NULL`);
       assert.equal(owned!.n, 0, 'leases released');
-      const left = await db.query(`SELECT relay_id FROM "${db.schema}".outbox_relays`);
-      assert.deepEqual(left, [], 'a gracefully stopped relay leaves the live set');
+      const left = await db.query<{ relay_id: string; left: boolean; in_flight: number }>(
+        `SELECT relay_id, left_at IS NOT NULL AS left, in_flight FROM "${db.schema}".outbox_relays`,
+      );
+      assert.deepEqual(left, [{ relay_id: 'relay-e2e', left: true, in_flight: 0 }], 'a gracefully stopped relay is marked left (txbox status shows it)');
     } finally {
       await receiver.close();
       await new Promise<void>((resolve) => rejecting.close(() => resolve()));

@@ -58,11 +58,13 @@ it('migration 004 turns a version-3 jsonb payload column into json and keeps pen
     await pool.query(
       `INSERT INTO "${upSchema}".outbox (id, type, aggregate_type, aggregate_id, key, destination, payload) VALUES (gen_random_uuid(), 'T', 'A', '1', 'A:1', 'd', '{"b":1,"a":2}')`,
     );
-    assert.deepEqual(await migratePostgres(connection, names), ['004_payload_json.sql']);
+    assert.deepEqual(await migratePostgres(connection, names, all.filter((m) => m.name < '005')), ['004_payload_json.sql']);
     assert.equal(await type(), 'json');
     // jsonb's text form (its key order and spacing) is what the column now holds: the same JSON value.
     const { rows } = await pool.query(`SELECT payload::text AS t, state FROM "${upSchema}".outbox`);
     assert.deepEqual(rows, [{ t: '{"a": 2, "b": 1}', state: 'pending' }]);
+    // The later migrations apply on top, once.
+    await migratePostgres(connection, names);
     assert.deepEqual(await migratePostgres(connection, names), []);
   } finally {
     await connection.close();

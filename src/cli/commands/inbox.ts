@@ -62,7 +62,7 @@ Options:
       limit = Number(flags.limit);
       if (!Number.isSafeInteger(limit) || limit < 1) throw new CliError(`--limit: ${JSON.stringify(flags.limit)} is not a positive integer (e.g. --limit 100)`);
     }
-    const db = await openDatabase(inboxConfig, logger, false);
+    const db = await openDatabase(inboxConfig, logger, false, 'txbox inbox');
     try {
       if (action === 'migrate') {
         const applied = await migrateInbox(db.connection, db.names);

@@ -5,6 +5,7 @@ import { parseDuration } from '../config.ts';
 import { CliError } from '../cli-error.ts';
 import { ConfigError } from '../../core/errors.ts';
 import { createRelay } from '../../relay/relay.ts';
+import { defaultRelayId } from '../../relay/relay-options.ts';
 import { PostgresRelayStore } from '../../stores/postgres/postgres-relay-store.ts';
 
 export const relayCommand: Command = {
@@ -15,6 +16,11 @@ export const relayCommand: Command = {
 Claims pending events, publishes them, waits for acks, marks them published.
 Run as many as you like: they share the outbox by bucket leases and keep
 per-key order. SIGTERM or SIGINT stops it gracefully (exit 0).
+
+Once connected and holding its first leases it prints one line on stdout:
+  txbox relay ready: relay=<id> buckets=<n> transport=<type>
+Its database connections show as "txbox relay <id>" in pg_stat_activity
+(unless the database URL sets application_name).
 
 Options:
   --transport TYPE          http, kafka, rabbitmq, nats or redis
@@ -31,7 +37,10 @@ Options:
   --skip-parked D1,D2       destinations whose parked events do not hold their key
   --keep-published DUR      retention of published rows, e.g. 24h, 7d, or off (default 24h)
   --delete-on-publish       delete rows when published (no replay; no retention needed)
-  --relay-id ID             name in leases and status (default host-pid-random)`,
+  --relay-id ID             name in leases and status (default host-pid-random)
+  --log-summary-interval DUR  how often the info summary line is logged (published, rate,
+                            backlog, parked, leases held), e.g. 30s, 5m, or off (default 1m).
+                            --log-level debug also logs one line per batch`,
   options: {
     transport: { type: 'string' },
     'transport-url': { type: 'string' },
@@ -46,10 +55,14 @@ Options:
     'keep-published': { type: 'string' },
     'delete-on-publish': { type: 'boolean' },
     'relay-id': { type: 'string' },
+    'log-summary-interval': { type: 'string' },
   },
-  async run({ flags, config, logger, signal }) {
+  async run({ flags, config, logger, signal, out }) {
     const transport = await createTransport(config.transport, logger);
-    const db = await openDatabase(config, logger);
+    // Named before the database opens: its connections carry `txbox relay <relay id>` in pg_stat_activity.
+    const relayId = typeof flags['relay-id'] === 'string' ? flags['relay-id'] : defaultRelayId();
+    // A bad id is reported by createRelay below, naming --relay-id; the connections then just say `txbox relay`.
+    const db = await openDatabase(config, logger, true, /^[\w.:@-]{1,120}$/.test(relayId) ? `txbox relay ${relayId}` : 'txbox relay');
     const r = config.relay;
     const keep = r.keepPublished ?? '24h';
     let relay;
@@ -58,7 +71,8 @@ Options:
         store: new PostgresRelayStore({ schema: config.schema, table: config.table, connection: db.connection, deleteOnPublish: r.deleteOnPublish ?? false }),
         transport,
         logger,
-        ...(typeof flags['relay-id'] === 'string' ? { relayId: flags['relay-id'] } : {}),
+        relayId,
+        ...logSummary(flags['log-summary-interval']),
         ...(r.batchSize !== undefined ? { batchSize: r.batchSize } : {}),
         ...(r.lanes !== undefined ? { lanes: r.lanes } : {}),
         ...(r.leaseTtlMs !== undefined ? { leaseTtlMs: r.leaseTtlMs } : {}),
@@ -80,6 +94,8 @@ Options:
       if (err instanceof ConfigError) throw new CliError(`transport.${err.field}: ${err.message.slice(err.field.length + 2)}`);
       throw err;
     }
+    // One line on stdout when ready (leases taken, transport connected): scripts wait for it instead of sleeping.
+    out(`txbox relay ready: relay=${relay.relayId} buckets=${relay.heldBuckets} transport=${config.transport?.type ?? 'none'}`);
     if (signal.aborted) logger.info({}, 'txbox relay: signal received during start');
     if (!signal.aborted) await new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
     logger.info({ relayId: relay.relayId }, 'txbox relay: stopping (signal received)');
@@ -88,3 +104,12 @@ Options:
     return 0;
   },
 };
+
+/** `--log-summary-interval`: a duration, or off. */
+function logSummary(flag: unknown): { logSummaryIntervalMs?: number } {
+  if (typeof flag !== 'string') return {};
+  if (flag === 'off') return { logSummaryIntervalMs: 0 };
+  const ms = parseDuration(flag, '--log-summary-interval');
+  if (ms < 1000) throw new CliError('--log-summary-interval: must be at least 1s, or off');
+  return { logSummaryIntervalMs: ms };
+}

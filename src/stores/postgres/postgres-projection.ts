@@ -52,7 +52,7 @@ const ident = (field: string, name: string): string => {
 
 /**
  * Upserts a read-model row only when the event's version is newer than the
- * stored one (DESIGN.md invariant 9). Run it with the inbox handler's `tx`.
+ * stored one (docs/guarantees.md, invariant 9). Run it with the inbox handler's `tx`.
  * The row is locked while deciding, so concurrent handlers of one key serialize.
  *
  * @example

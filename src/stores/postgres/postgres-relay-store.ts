@@ -132,6 +132,15 @@ export class PostgresRelayStore implements RelayStore {
     await this.#db.query(this.#sql.release, [relayId, leases.map((l) => l.bucket), leases.map((l) => l.token)]);
   }
 
+  /** Pending and parked events: one pass over the open rows (the partial index of pending and parked rows), for the relay's log summary. */
+  async backlog(): Promise<{ pending: number; parked: number }> {
+    const { rows } = await this.#db.query<{ pending: string; parked: string }>(
+      `SELECT count(*) FILTER (WHERE state = 'pending') AS pending, count(*) FILTER (WHERE state = 'parked') AS parked
+       FROM ${this.names.outbox} WHERE state IN ('pending', 'parked')`,
+    );
+    return { pending: Number(rows[0]!.pending), parked: Number(rows[0]!.parked) };
+  }
+
   async leave(relayId: string): Promise<void> {
     await this.#db.query(this.#sql.leave, [relayId]);
   }

@@ -82,19 +82,24 @@ export function insertEventsSql(n: PostgresNames, notify: boolean, ignoreDuplica
 SELECT (SELECT count(*) FROM notified)::int AS notified`;
 }
 
-/** $1 relay id, $2 host, $3 pid, $4 in flight, $5 published total, $6 rate, $7 ttl ms. */
+/**
+ * $1 relay id, $2 host, $3 pid, $4 in flight, $5 published total, $6 rate, $7 ttl ms.
+ * A heartbeat makes a relay that had left alive again (same relay id), and
+ * deletes rows of relays that left or stopped heartbeating over 24 hours ago.
+ */
 export function heartbeatSql(n: PostgresNames): string {
   return `WITH up AS (
-  INSERT INTO ${n.relays} AS r (relay_id, host, pid, in_flight, published_total, rate_per_minute)
-  VALUES ($1, $2, $3, $4, $5, $6)
+  INSERT INTO ${n.relays} AS r (relay_id, host, pid, in_flight, published_total, rate_per_minute, lease_ttl_ms)
+  VALUES ($1, $2, $3, $4, $5, $6, $7)
   ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = now(), in_flight = EXCLUDED.in_flight,
-    published_total = EXCLUDED.published_total, rate_per_minute = EXCLUDED.rate_per_minute
+    published_total = EXCLUDED.published_total, rate_per_minute = EXCLUDED.rate_per_minute,
+    host = EXCLUDED.host, pid = EXCLUDED.pid, lease_ttl_ms = EXCLUDED.lease_ttl_ms, left_at = NULL
   RETURNING 1
 ), gone AS (
-  DELETE FROM ${n.relays} WHERE heartbeat_at < now() - interval '1 day'
+  DELETE FROM ${n.relays} WHERE coalesce(left_at, heartbeat_at) < now() - interval '24 hours'
 )
 SELECT 1 + (SELECT count(*) FROM ${n.relays}
-            WHERE relay_id <> $1 AND heartbeat_at > now() - $7 * interval '1 millisecond')::int AS live,
+            WHERE relay_id <> $1 AND left_at IS NULL AND heartbeat_at > now() - $7 * interval '1 millisecond')::int AS live,
        (SELECT count(*) FROM ${n.buckets})::int AS bucket_count,
        (SELECT count(*) FROM up)::int AS up`;
 }
@@ -137,12 +142,12 @@ FROM unnest($2::smallint[], $3::bigint[]) AS h(bucket, token)
 WHERE b.bucket = h.bucket AND b.token = h.token AND b.owner = $1`;
 }
 
-/** $1 relay id. */
+/** $1 relay id. The row stays, marked left (for `txbox status`), until the heartbeat's cleanup removes it after 24 hours. */
 export function leaveSql(n: PostgresNames): string {
   return `WITH freed AS (
   UPDATE ${n.buckets} SET owner = NULL, lease_until = NULL WHERE owner = $1 RETURNING 1
 )
-DELETE FROM ${n.relays} WHERE relay_id = $1`;
+UPDATE ${n.relays} SET left_at = now(), in_flight = 0, rate_per_minute = 0 WHERE relay_id = $1`;
 }
 
 /**
