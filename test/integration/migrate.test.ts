@@ -58,12 +58,13 @@ it('migration 004 turns a version-3 jsonb payload column into json and keeps pen
     await pool.query(
       `INSERT INTO "${upSchema}".outbox (id, type, aggregate_type, aggregate_id, key, destination, payload) VALUES (gen_random_uuid(), 'T', 'A', '1', 'A:1', 'd', '{"b":1,"a":2}')`,
     );
-    assert.deepEqual(await migratePostgres(connection, names), ['004_payload_json.sql']);
+    const upTo4 = all.filter((m) => m.name < '005');
+    assert.deepEqual(await migratePostgres(connection, names, upTo4), ['004_payload_json.sql']);
     assert.equal(await type(), 'json');
     // jsonb's text form (its key order and spacing) is what the column now holds: the same JSON value.
     const { rows } = await pool.query(`SELECT payload::text AS t, state FROM "${upSchema}".outbox`);
     assert.deepEqual(rows, [{ t: '{"a": 2, "b": 1}', state: 'pending' }]);
-    assert.deepEqual(await migratePostgres(connection, names), []);
+    assert.deepEqual(await migratePostgres(connection, names, upTo4), []);
   } finally {
     await connection.close();
     await pool.query(`DROP SCHEMA IF EXISTS "${upSchema}" CASCADE`);
