@@ -138,7 +138,7 @@ export class PostgresRelayStore implements RelayStore {
   }
 
   async heartbeat(relay: RelayHeartbeat, ttlMs: number) {
-    const { rows } = await this.#db.query<{ live: number; bucket_count: number }>(this.#sql.heartbeat, [
+    const { rows } = await this.#db.query<{ live: number; bucket_count: number; next_foreign_expiry_ms: number | null }>(this.#sql.heartbeat, [
       relay.relayId,
       relay.host,
       relay.pid,
@@ -147,7 +147,8 @@ export class PostgresRelayStore implements RelayStore {
       relay.ratePerMinute,
       ttlMs,
     ]);
-    return { liveRelays: rows[0]!.live, bucketCount: rows[0]!.bucket_count };
+    const r = rows[0]!;
+    return { liveRelays: r.live, bucketCount: r.bucket_count, nextForeignExpiryMs: r.next_foreign_expiry_ms === null ? null : Number(r.next_foreign_expiry_ms) };
   }
 
   async lease(relayId: string, held: readonly BucketLease[], acquire: number, ttlMs: number): Promise<BucketLease[]> {

@@ -88,7 +88,10 @@ export function insertEventsSql(n: PostgresNames, notify: boolean, ignoreDuplica
 SELECT (SELECT count(*) FROM notified)::int AS notified`;
 }
 
-/** $1 relay id, $2 host, $3 pid, $4 in flight, $5 published total, $6 rate, $7 ttl ms. */
+/**
+ * $1 relay id, $2 host, $3 pid, $4 in flight, $5 published total, $6 rate, $7 ttl ms.
+ * Also returns when the first lease of another relay runs out (bucket leases are few: 256 rows).
+ */
 export function heartbeatSql(n: PostgresNames): string {
   return `WITH up AS (
   INSERT INTO ${n.relays} AS r (relay_id, host, pid, in_flight, published_total, rate_per_minute)
@@ -102,6 +105,8 @@ export function heartbeatSql(n: PostgresNames): string {
 SELECT 1 + (SELECT count(*) FROM ${n.relays}
             WHERE relay_id <> $1 AND heartbeat_at > now() - $7 * interval '1 millisecond')::int AS live,
        (SELECT count(*) FROM ${n.buckets})::int AS bucket_count,
+       (SELECT ceil(extract(epoch FROM min(lease_until) - now()) * 1000) FROM ${n.buckets}
+        WHERE lease_until > now() AND owner IS DISTINCT FROM $1)::float8 AS next_foreign_expiry_ms,
        (SELECT count(*) FROM up)::int AS up`;
 }
 
