@@ -7,14 +7,15 @@
 -- outage").
 --
 -- held_by marks a pending event as queued behind the blocker with that seq.
--- The relay sets it in the transaction that makes the blocker back off or
--- park (the <table>_hold function); every statement that ends a blocker
--- (publish, the CLI's parked retry/skip/discard) clears it in the same
--- statement. The claim scans only pending rows with held_by IS NULL, and
+-- The relay sets it right after the complete statement that makes the
+-- blocker back off or park (the <table>_hold function); every statement that
+-- ends a blocker (publish, the CLI's parked retry/skip/discard) clears it in
+-- the same statement. The claim scans only pending rows with held_by IS NULL, and
 -- still checks every row it returns against the blockers exactly as before:
 -- held_by only decides which rows the claim visits, never whether one is
 -- publishable. A wrong NULL costs a visit; a held_by whose blocker has gone
--- (a statement of an older txbox) is cleared by <table>_release_held.
+-- (a statement of an older txbox, or one that ended while <table>_hold ran)
+-- is cleared by <table>_release_held.
 ALTER TABLE {{schema}}.{{table}} ADD COLUMN IF NOT EXISTS held_by bigint;
 
 -- The claim scan: pending, not held, in outbox order. Replaces the scan of
@@ -68,10 +69,12 @@ $fn$;
 -- Holds the pending rows queued behind the given rows, for those of them that
 -- now block their key: backing off, or parked for a destination not in
 -- p_skip (a relay that skips a destination's parked events must not hold the
--- rows behind them). Runs in the transaction of the complete statement that
--- made them block, so that no statement can end a blocker before its rows
--- are held. One pass over the rows that are not held yet, from the lowest
--- blocker on: a hash join, never a probe per blocker.
+-- rows behind them). Runs after the complete statement that made them block,
+-- in a statement of its own: at the start of an outage it can update many
+-- rows, and the complete statement's share locks on the lease rows must not
+-- wait for it. A blocker that ends while it runs leaves its rows held until
+-- <table>_release_held. One pass over the rows that are not held yet, from
+-- the lowest blocker on: a hash join, never a probe per blocker.
 CREATE OR REPLACE FUNCTION {{schema}}.{{table:_hold}}(p_seqs bigint[], p_skip text[])
 RETURNS integer
 LANGUAGE sql VOLATILE

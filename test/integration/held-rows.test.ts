@@ -156,6 +156,31 @@ for (const kind of BACKENDS) {
       assert.deepEqual(await claimed(eager, leases), [a[2]!, ...b]);
     });
 
+    it('a failing hold loses nothing: the complete stays applied and the claim still keeps the key blocked', async () => {
+      const schema = `${db.schema}_nohold`;
+      const names = postgresNames({ schema });
+      try {
+        await migratePostgres(db.connection, names);
+        await db.query(`DROP FUNCTION "${schema}".outbox_hold`);
+        const t = `"${schema}".outbox`;
+        await db.query(
+          `INSERT INTO ${t} (id, type, aggregate_type, aggregate_id, key, destination, payload) SELECT gen_random_uuid(), 'T', 'A', k, k, 'd', '{}' FROM unnest(ARRAY['A', 'A', 'B']) AS k`,
+        );
+        const store = new PostgresRelayStore({ schema, connection: db.connection });
+        const leases = await store.lease(RELAY, [], 256, 600_000);
+        const events = await store.claim(leases, ALL);
+        assert.deepEqual(events.map((e) => e.key), ['A', 'A', 'B']);
+        const head = events[0]!;
+        const r = await store.complete(RELAY, [{ seq: head.seq, token: tokenOf(leases, head.bucket), outcome: 'retry', delayMs: 3_600_000, error: 'down' }]);
+        assert.deepEqual(r, { applied: 1, rejected: 0 });
+        const rows = await db.query<{ n: number }>(`SELECT count(held_by)::int AS n FROM ${t}`);
+        assert.equal(rows[0]!.n, 0, 'nothing held: the hold failed');
+        assert.deepEqual((await store.claim(leases, ALL)).map((e) => e.key), ['B'], 'A stays blocked by the claim itself');
+      } finally {
+        await db.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      }
+    });
+
     it('rejects a bad releaseHeldEveryMs naming the field', () => {
       assert.throws(() => new PostgresRelayStore({ schema: db.schema, connection: db.connection, releaseHeldEveryMs: -1 }), /releaseHeldEveryMs: must be a whole number/);
     });

@@ -205,17 +205,15 @@ export class PostgresRelayStore implements RelayStore {
     }
     const params = [relayId, seqs, tokens, outcomes, delays, errors, routes];
     const failed = completions.filter((c) => c.outcome !== 'published').map((c) => c.seq);
-    let applied: number;
-    if (failed.length === 0) {
-      applied = (await this.#db.query<{ applied: number }>(this.#sql.complete, params)).rows[0]!.applied;
-    } else {
-      // The rows queued behind the events that now back off or park are held in the same
-      // transaction, so no statement can end those blockers before their rows are held.
-      applied = await this.#db.transaction(async (tx) => {
-        const { rows } = await tx.query(this.#sql.complete, params);
-        await tx.query(this.#sql.hold, [failed, this.#skip]);
-        return (rows as { applied: number }[])[0]!.applied;
-      });
+    const applied = (await this.#db.query<{ applied: number }>(this.#sql.complete, params)).rows[0]!.applied;
+    if (failed.length > 0) {
+      // Holds the rows queued behind the events that now back off or park, after the
+      // complete statement committed: at the start of an outage this can update many rows,
+      // and must not keep the lease rows the complete statement share-locks, which the
+      // lease renewal waits for. Holding only spares the claim work: if it fails, or a
+      // blocker ends while it runs, the claim's own check still keeps order, and
+      // `releaseHeld` frees what it held too late.
+      await this.#db.query(this.#sql.hold, [failed, this.#skip]).catch(() => {});
     }
     return { applied, rejected: completions.length - applied };
   }

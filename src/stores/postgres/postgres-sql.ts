@@ -236,7 +236,7 @@ export function releaseHeldBy(n: PostgresNames, blockers: string, and = ''): str
 
 /**
  * $1 seqs that just backed off or parked, $2 destinations whose parked events do not block.
- * Holds the rows queued behind them; runs in the complete statement's transaction.
+ * Holds the rows queued behind them; runs after the complete statement, on its own.
  */
 export function holdSql(n: PostgresNames): string {
   return `SELECT ${n.holdFn}($1::bigint[], $2::text[]) AS held`;
