@@ -37,6 +37,8 @@ export class LeaseKeeper {
   #liveRelays = 0;
   #fastTicksLeft = 0;
   #foreignExpiryAt: number | undefined;
+  /** A tick renews what it read from #held before its round trip: markIdle releases nothing meanwhile. */
+  #ticking = false;
 
   constructor(
     private readonly store: RelayStore,
@@ -50,6 +52,15 @@ export class LeaseKeeper {
 
   /** One heartbeat + rebalance round trip pair. */
   async tick(stats: { inFlight: number; publishedTotal: number; ratePerMinute: number; host: string; pid: number }): Promise<LeaseChange> {
+    this.#ticking = true;
+    try {
+      return await this.#tick(stats);
+    } finally {
+      this.#ticking = false;
+    }
+  }
+
+  async #tick(stats: { inFlight: number; publishedTotal: number; ratePerMinute: number; host: string; pid: number }): Promise<LeaseChange> {
     const beat = await this.store.heartbeat({ relayId: this.relayId, ...stats }, this.ttlMs);
     const { liveRelays, bucketCount } = beat;
     const target = Math.ceil(bucketCount / Math.max(1, liveRelays));
@@ -130,12 +141,29 @@ export class LeaseKeeper {
     for (const b of buckets) this.#busy.set(b, (this.#busy.get(b) ?? 0) + 1);
   }
 
+  /**
+   * Marks buckets idle again. A bucket over this relay's fair share (kept at
+   * the last tick only because a batch was in flight) is released at once,
+   * not at the next tick, so that a relay that joined gets it sooner; not
+   * while a tick runs, which may be renewing it (the next tick releases it).
+   */
   markIdle(buckets: Iterable<number>): void {
+    const surplus: BucketLease[] = [];
     for (const b of buckets) {
       const n = (this.#busy.get(b) ?? 1) - 1;
-      if (n <= 0) this.#busy.delete(b);
-      else this.#busy.set(b, n);
+      if (n > 0) {
+        this.#busy.set(b, n);
+        continue;
+      }
+      this.#busy.delete(b);
+      const h = this.#held.get(b);
+      if (h !== undefined && !this.#ticking && this.#held.size > this.#target) {
+        this.#held.delete(b);
+        surplus.push({ bucket: b, token: h.token });
+      }
     }
+    // Fenced by token; if it fails the lease runs out by itself, as after a crash.
+    if (surplus.length > 0) this.store.release(this.relayId, surplus).catch(() => {});
   }
 
   /** Gives every lease back and leaves the live relays (graceful stop). */

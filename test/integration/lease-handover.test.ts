@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { PostgresRelayStore } from 'txbox/postgres';
 import { LeaseKeeper } from '../../src/relay/lease-keeper.ts';
 import { BACKENDS, openDb, type TestDb } from '../helpers/databases.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const TTL = 60_000;
 const INTERVAL = TTL / 3;
@@ -45,6 +46,35 @@ for (const kind of BACKENDS) {
       await b.tick(stats);
       assert.deepEqual([a.size, b.size], [128, 128]);
       assert.equal(b.nextTickDelayMs(INTERVAL), INTERVAL, 'b has its share: back to the regular interval');
+    });
+
+    it('buckets kept over the fair share because a batch was in flight are released when the batch ends', async () => {
+      await reset();
+      const a = keeper('a');
+      const b = keeper('b');
+      await a.tick(stats);
+      await b.tick(stats);
+      const busy = Array.from({ length: 200 }, (_, i) => i);
+      a.markBusy(busy);
+      await a.tick(stats);
+      assert.equal(a.size, 200, 'only the 56 idle buckets of the surplus were released');
+      // Not while a tick runs: the tick may be renewing those buckets. It releases them itself.
+      const ticking = a.tick(stats);
+      a.markIdle(busy.slice(0, 50));
+      assert.equal(a.size, 200, 'nothing released by markIdle during a tick');
+      await ticking;
+      assert.equal(a.size, 150, 'the tick released the 50 idle buckets of the surplus');
+      a.markIdle(busy.slice(50, 60));
+      assert.equal(a.size, 140, 'each bucket over the share is released as its batch ends');
+      a.markIdle(busy.slice(60));
+      assert.equal(a.size, 128, 'down to the share, and no further');
+      // The releases are sent without waiting for them.
+      await waitFor('a holds 128 in the database', async () => {
+        const held = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox_buckets WHERE owner = 'a' AND lease_until > now()`);
+        return held[0]!.n === 128;
+      });
+      await b.tick(stats);
+      assert.deepEqual([a.size, b.size], [128, 128]);
     });
 
     it('a relay short of its share ticks fast at most 8 times per change of the relay count', async () => {
