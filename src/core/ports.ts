@@ -76,7 +76,15 @@ export interface ClaimOptions {
  */
 export interface RelayStore {
   /** Records that `relay` is alive and returns how many relays are alive now. */
-  heartbeat(relay: RelayHeartbeat, ttlMs: number): Promise<{ readonly liveRelays: number; readonly bucketCount: number }>;
+  heartbeat(
+    relay: RelayHeartbeat,
+    ttlMs: number,
+  ): Promise<{
+    readonly liveRelays: number;
+    readonly bucketCount: number;
+    /** Ms until the first unexpired lease of another relay runs out, if any (lets a relay take a crashed relay's buckets as they expire). */
+    readonly nextForeignExpiryMs?: number | null;
+  }>;
   /**
    * Renews `held` leases and acquires up to `acquire` more free or expired buckets.
    * Returns every lease the relay holds afterwards; a held lease missing from the

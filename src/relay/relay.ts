@@ -160,7 +160,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     const signal = this.#stopClaiming.signal;
     const every = Math.floor(this.options.leaseTtlMs / 3);
     while (!signal.aborted) {
-      await sleep(every, undefined, { signal }).catch(() => {});
+      await sleep(this.#leases.nextTickDelayMs(every), undefined, { signal }).catch(() => {});
       if (signal.aborted) break;
       try {
         await this.#tickLeases();

@@ -1,7 +1,7 @@
 import { ConfigError } from '../../core/errors.ts';
 import { uuidv7 } from '../../core/uuid.ts';
 import type { PostgresConnection } from './postgres-connection.ts';
-import { postgresNames, type PostgresNames, type PostgresNamesOptions } from './postgres-sql.ts';
+import { postgresNames, releaseHeldBy, type PostgresNames, type PostgresNamesOptions } from './postgres-sql.ts';
 
 export interface DestinationStatus {
   readonly destination: string;
@@ -206,9 +206,12 @@ export class PostgresAdmin {
     }));
   }
 
-  /** Makes parked events pending again with a fresh attempt count. Returns the ids changed. */
+  /**
+   * Makes parked events pending again with a fresh attempt count. Returns the ids changed.
+   * Retry, skip and discard release the events held behind the parked ones in the same statement.
+   */
   retryParked(selector: ParkedSelector, actor: string): Promise<string[]> {
-    return this.#parkedAction('retry', `UPDATE ${this.names.outbox} o SET state = 'pending', attempts = 0, next_attempt_at = NULL`, selector, actor);
+    return this.#parkedAction('retry', `UPDATE ${this.names.outbox} o SET state = 'pending', attempts = 0, next_attempt_at = NULL, held_by = NULL`, selector, actor);
   }
 
   /** Marks parked events as skipped: they will not be published and no longer hold their key. */
@@ -230,6 +233,8 @@ export class PostgresAdmin {
          ${head} WHERE o.state = 'parked' AND ($1::uuid[] IS NULL OR o.id = ANY($1::uuid[]))
            AND ($2::text IS NULL OR o.destination = $2)
          RETURNING o.id, o.seq, o.last_error
+       ), released AS (
+         ${releaseHeldBy(this.names, 'ARRAY(SELECT seq FROM changed)')}
        ), audit AS (
          INSERT INTO ${this.names.audit} (action, event_id, seq, actor, detail)
          SELECT $3, id, seq, $4, last_error FROM changed

@@ -23,6 +23,10 @@ export interface PostgresNames {
   readonly migrations: string;
   readonly fenceSeq: string;
   readonly claimFn: string;
+  /** Holds the rows queued behind new blockers (migration 005). */
+  readonly holdFn: string;
+  /** Releases rows held by rows that no longer block (migration 005). */
+  readonly releaseHeldFn: string;
   /** The LISTEN/NOTIFY channel. */
   readonly channel: string;
   /** Suffixed, quoted table name for migration templates. */
@@ -44,6 +48,8 @@ export function postgresNames(options: PostgresNamesOptions = {}, field = ''): P
     migrations: q('_migrations'),
     fenceSeq: q('_fence_seq'),
     claimFn: q('_claim'),
+    holdFn: q('_hold'),
+    releaseHeldFn: q('_release_held'),
     channel: long.length <= 63 ? long : `txbox_${table}`,
     suffixed: (suffix: string) => quoteIdent(checkIdentifier('migration suffix', table + suffix)),
   });
@@ -86,6 +92,7 @@ SELECT (SELECT count(*) FROM notified)::int AS notified`;
  * $1 relay id, $2 host, $3 pid, $4 in flight, $5 published total, $6 rate, $7 ttl ms.
  * A heartbeat makes a relay that had left alive again (same relay id), and
  * deletes rows of relays that left or stopped heartbeating over 24 hours ago.
+ * Also returns when the first lease of another relay runs out (bucket leases are few: 256 rows).
  */
 export function heartbeatSql(n: PostgresNames): string {
   return `WITH up AS (
@@ -101,6 +108,8 @@ export function heartbeatSql(n: PostgresNames): string {
 SELECT 1 + (SELECT count(*) FROM ${n.relays}
             WHERE relay_id <> $1 AND left_at IS NULL AND heartbeat_at > now() - $7 * interval '1 millisecond')::int AS live,
        (SELECT count(*) FROM ${n.buckets})::int AS bucket_count,
+       (SELECT ceil(extract(epoch FROM min(lease_until) - now()) * 1000) FROM ${n.buckets}
+        WHERE lease_until > now() AND owner IS DISTINCT FROM $1)::float8 AS next_foreign_expiry_ms,
        (SELECT count(*) FROM up)::int AS up`;
 }
 
@@ -175,14 +184,16 @@ export function claimSql(n: PostgresNames): string {
 const FENCED = `((o.bucket::bigint << 48) | i.token) = ANY ((SELECT pairs FROM fenced)::bigint[])`;
 
 export function completeSql(n: PostgresNames, deleteOnPublish: boolean): string {
+  // `blocker`: the row was backing off (it failed before: next_attempt_at set, so attempts >= 1
+  // before this publish), so rows may be held behind it (migration 005).
   const published = deleteOnPublish
     ? `DELETE FROM ${n.outbox} o USING input i
   WHERE i.outcome = 0 AND o.seq = i.seq AND o.state = 'pending' AND ${FENCED}
-  RETURNING 1`
+  RETURNING o.seq, o.next_attempt_at IS NOT NULL AS blocker`
     : `UPDATE ${n.outbox} o SET state = 'published', done_at = now(), attempts = o.attempts + 1, next_attempt_at = NULL
   FROM input i
   WHERE i.outcome = 0 AND o.seq = i.seq AND o.state = 'pending' AND ${FENCED}
-  RETURNING 1`;
+  RETURNING o.seq, o.attempts > 1 AS blocker`;
   return `WITH input AS (
   SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::smallint[], $5::integer[], $6::text[], $7::text[])
     AS i(seq, token, outcome, delay_ms, error, routes)
@@ -207,6 +218,34 @@ export function completeSql(n: PostgresNames, deleteOnPublish: boolean): string 
   FROM input i
   WHERE i.outcome <> 0 AND o.seq = i.seq AND o.state = 'pending' AND ${FENCED}
   RETURNING 1
+), released AS (
+  ${releaseHeldBy(n, `ARRAY(SELECT seq FROM published WHERE blocker)`, `AND h.seq <> ALL($2::bigint[])`)}
 )
 SELECT (SELECT count(*) FROM published)::int + (SELECT count(*) FROM failed)::int AS applied`;
+}
+
+/**
+ * The UPDATE that releases the pending rows held behind `blockers` (a bigint[]
+ * expression), for the statements that end a blocker: publish, and the CLI's
+ * parked retry, skip and discard. It runs in the statement that ends the
+ * blocker, so a crash cannot leave one without the other. Empty and cheap
+ * when nothing is held (a partial index of held rows only).
+ */
+export function releaseHeldBy(n: PostgresNames, blockers: string, and = ''): string {
+  return `UPDATE ${n.outbox} h SET held_by = NULL
+  WHERE h.held_by = ANY(${blockers}) AND h.state = 'pending' ${and}
+  RETURNING 1`;
+}
+
+/**
+ * $1 seqs that just backed off or parked, $2 destinations whose parked events do not block.
+ * Holds the rows queued behind them; runs after the complete statement, on its own.
+ */
+export function holdSql(n: PostgresNames): string {
+  return `SELECT ${n.holdFn}($1::bigint[], $2::text[]) AS held`;
+}
+
+/** $1 destinations whose parked events do not block. Releases rows held by rows that no longer block. */
+export function releaseHeldSql(n: PostgresNames): string {
+  return `SELECT ${n.releaseHeldFn}($1::text[]) AS released`;
 }
