@@ -73,7 +73,7 @@ runTransportConformance({
     },
     misconfigured(destinations) {
       return [
-        { transport: new HttpTransport({ endpoints: Object.fromEntries(destinations.map((d) => [d, `http://127.0.0.1:1/${d}`])), timeoutMs: 2000 }), setting: /127\.0\.0\.1:1/ },
+        { transport: new HttpTransport({ endpoints: Object.fromEntries(destinations.map((d) => [d, `http://127.0.0.1:1/${d}`])), timeoutMs: 2000, allowUnsigned: true }), setting: /127\.0\.0\.1:1/ },
         {
           transport: new HttpTransport({ endpoints: Object.fromEntries(destinations.map((d) => [d, `http://u:hunter2@127.0.0.1:${port}/${d}`])), secret: generateWebhookSecret() }),
           setting: /401/,

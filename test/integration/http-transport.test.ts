@@ -68,7 +68,7 @@ after(async () => {
 
 async function setup(handler: Handler, options: Partial<HttpTransportOptions> = {}) {
   const server = await testServer(handler);
-  const transport = new HttpTransport({ endpoints: { orders: `${server.url}/hooks/orders` }, ...options });
+  const transport = new HttpTransport({ endpoints: { orders: `${server.url}/hooks/orders` }, allowUnsigned: options.secret === undefined, ...options });
   cleanups.push(() => server.close(), () => transport.close());
   return { server, transport };
 }
@@ -177,7 +177,7 @@ describe('HttpTransport', () => {
       const [status, headers] = statuses[req.url!.slice(1)]!;
       res.writeHead(status, headers).end('busy');
     });
-    const multi = new HttpTransport({ endpoints: Object.fromEntries(Object.keys(statuses).map((k) => [k, `${srv.url}/${k}`])) });
+    const multi = new HttpTransport({ endpoints: Object.fromEntries(Object.keys(statuses).map((k) => [k, `${srv.url}/${k}`])), allowUnsigned: true });
     cleanups.push(() => srv.close(), () => multi.close());
     const outcomes = await multi.publish(Object.keys(statuses).map((destination) => event({ destination })), never);
     const errors = outcomes.map(failure);
@@ -263,7 +263,7 @@ describe('HttpTransport', () => {
   it('reports a refused connection as retriable', async () => {
     const srv = await testServer(() => {});
     await srv.close(); // the port is now free and refuses connections
-    const transport = new HttpTransport({ endpoints: { orders: `${srv.url}/x` } });
+    const transport = new HttpTransport({ endpoints: { orders: `${srv.url}/x` }, allowUnsigned: true });
     cleanups.push(() => transport.close());
     const error = failure((await transport.publish([event()], never))[0]);
     assert.equal(error.kind, 'retriable');
@@ -300,7 +300,7 @@ describe('HttpTransport', () => {
     const srv = await testServer((req, res) => {
       if (req.url === '/fast') res.writeHead(200).end();
     });
-    const transport = new HttpTransport({ endpoints: { fast: `${srv.url}/fast`, slow: `${srv.url}/slow` } });
+    const transport = new HttpTransport({ endpoints: { fast: `${srv.url}/fast`, slow: `${srv.url}/slow` }, allowUnsigned: true });
     cleanups.push(() => srv.close(), () => transport.close());
     const controller = new AbortController();
     setTimeout(() => controller.abort(), 150);
