@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import type { BucketLease, RelayStore } from '../core/ports.ts';
+import type { BucketLease, RelayHeartbeat, RelayStore } from '../core/ports.ts';
 
 interface Held {
   readonly token: string;
@@ -38,7 +38,7 @@ export class LeaseKeeper {
   }
 
   /** One heartbeat + rebalance round trip pair. */
-  async tick(stats: { inFlight: number; publishedTotal: number; ratePerMinute: number; host: string; pid: number }): Promise<LeaseChange> {
+  async tick(stats: Omit<RelayHeartbeat, 'relayId'>): Promise<LeaseChange> {
     const { liveRelays, bucketCount } = await this.store.heartbeat({ relayId: this.relayId, ...stats }, this.ttlMs);
     const target = Math.ceil(bucketCount / Math.max(1, liveRelays));
     const now = performance.now();

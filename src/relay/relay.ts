@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { keyHash, TypedEmitter } from '../core/emitter.ts';
 import type { Completion } from '../core/ports.ts';
+import { DestinationBreakers, type CircuitChange } from './destination-breaker.ts';
 import { LeaseKeeper, type LeaseChange } from './lease-keeper.ts';
 import { publishBatch } from './publish-batch.ts';
 import { RateWindow } from './rate-window.ts';
@@ -28,6 +29,8 @@ export interface RelayEvents {
   /** Published rows removed by retention. */
   pruned: { readonly deleted: number };
   error: { readonly phase: 'lease' | 'claim' | 'complete' | 'retention'; readonly error: Error };
+  /** A destination's circuit opened (it answered as down), stayed open after a probe, or closed. */
+  circuit: CircuitChange & { readonly relayId: string };
 }
 
 /**
@@ -44,6 +47,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
   readonly options: ResolvedRelayOptions;
   readonly #leases: LeaseKeeper;
   readonly #rate = new RateWindow(60);
+  readonly #breakers: DestinationBreakers;
   #stopClaiming = new AbortController();
   #stopNow = new AbortController();
   #loops: Promise<void>[] = [];
@@ -57,6 +61,10 @@ export class Relay extends TypedEmitter<RelayEvents> {
     super();
     this.options = resolveRelayOptions(options);
     this.#leases = new LeaseKeeper(this.options.store, this.options.relayId, this.options.leaseTtlMs);
+    this.#breakers = new DestinationBreakers(this.options.circuitBreaker, {
+      probeTimeoutMs: 2 * this.options.publishTimeoutMs,
+      onChange: (change) => this.emit('circuit', { ...change, relayId: this.relayId }),
+    });
     this.#logEvents();
   }
 
@@ -135,6 +143,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       ratePerMinute: this.#rate.total(),
       host: hostname(),
       pid: process.pid,
+      circuits: this.#breakers.open(),
     });
     if (change.acquired || change.lost || change.released) this.emit('leases', { ...change, relayId: this.relayId });
   }
@@ -218,6 +227,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
           tokenOf: (bucket) => tokens.get(bucket)!,
           leaseValid: (bucket, token) => this.#leases.isValid(bucket, token),
           onFailure: (event, c) => this.#reportFailure(event, c),
+          breakers: this.#breakers,
         });
         await this.#complete(lane, events.length, completions, started);
       } finally {
@@ -274,6 +284,13 @@ export class Relay extends TypedEmitter<RelayEvents> {
     this.on('parked', (e) => log.error(e, 'txbox relay: event parked'));
     this.on('fenced', (e) => log.warn({ relayId, ...e }, 'txbox relay: lease lost, marks rejected by the fence'));
     this.on('error', (e) => log.error({ relayId, phase: e.phase, err: e.error.message }, 'txbox relay error'));
+    this.on('circuit', (e) => {
+      const at = { relayId, destination: e.destination, reason: e.reason, openSince: e.openSince.toISOString(), failedProbes: e.failedProbes };
+      const next = e.nextProbeAt?.toISOString();
+      if (e.state === 'open') log.error({ ...at, nextProbeAt: next }, 'txbox relay: destination down, circuit open: its events wait, pending and in order, until a probe succeeds');
+      else if (e.state === 'closed') log.warn(at, 'txbox relay: destination answers again, circuit closed');
+      else log.debug({ ...at, nextProbeAt: next }, 'txbox relay: probe failed, destination still down');
+    });
   }
 }
 

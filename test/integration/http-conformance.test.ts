@@ -23,7 +23,7 @@ let counter = 0;
 async function listen(): Promise<void> {
   server = createServer((req, res) => {
     if (req.url?.startsWith('/nowhere')) {
-      res.writeHead(404).end('no such hook');
+      res.writeHead(410).end('no such hook'); // 404 would be destination-down (circuit breaker), not a per-event failure
       return;
     }
     receiver(req, res);
