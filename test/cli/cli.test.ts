@@ -224,6 +224,18 @@ describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {
     assert.equal(status.publishedLastMinute, 3);
   });
 
+  it('`txbox status` shows each destination down: circuit open since, reason, next probe (text and --json)', async () => {
+    const db = await freshDb();
+    const circuits = [{ destination: 'billing', reason: 'destination-down: HTTP 401 Unauthorized from POST http://127.0.0.1:9/billing', openSince: '2026-11-24T10:00:00.000Z', nextProbeAt: '2026-11-24T10:00:08.000Z', failedProbes: 3 }];
+    await db.query(`INSERT INTO "${db.schema}".outbox_relays (relay_id, host, pid, circuits) VALUES ('relay-down', 'h', 1, $1::jsonb), ('relay-ok', 'h', 2, '[]')`, [JSON.stringify(circuits)]);
+    const [text, json, none] = await Promise.all([runCli(['status'], envFor(db)), runCli(['status', '--json'], envFor(db)), runCli(['status'], envFor(await freshDb()))]);
+    expectExit(text, 0, 'status');
+    assert.match(text.stdout, /^  billing: circuit open since 2026-11-24T10:00:00\.000Z \(relay relay-down\), reason destination-down: HTTP 401 Unauthorized from POST http:\/\/127\.0\.0\.1:9\/billing, next probe 2026-11-24T10:00:08\.000Z, 3 failed probes$/m);
+    assert.match(none.stdout, /^destinations down: none/m);
+    const status = JSON.parse(json.stdout) as { circuits: { destination: string; relayId: string; reason: string; openSince: string; nextProbeAt: string; failedProbes: number }[] };
+    assert.deepEqual(status.circuits, [{ ...circuits[0], relayId: 'relay-down' }]);
+  });
+
   it('`txbox parked` lists, retries, skips and discards parked events, with an audit trail', async () => {
     const db = await freshDb();
     const [a, b, c, d] = await enqueue(db, events(Placed, 4));
