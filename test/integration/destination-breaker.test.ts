@@ -8,9 +8,13 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { connect, createServer as createTcpServer, type AddressInfo, type Server as TcpServer, type Socket } from 'node:net';
+import { randomBytes } from 'node:crypto';
+import { Redis } from 'ioredis';
 import { createOutbox, createRelay, defineEvent, payloadType } from 'txbox';
 import { HttpTransport, createWebhookReceiver } from 'txbox/http';
+import { RedisTransport, parseStreamEntry } from 'txbox/redis';
+import { RecordingTransport } from 'txbox/testing';
 import { PostgresAdmin, PostgresOutboxStore, PostgresRelayStore } from 'txbox/postgres';
 import { openDb, type TestDb } from '../helpers/databases.ts';
 import { startReceiver, type TestReceiver } from '../helpers/receiver.ts';
@@ -122,5 +126,108 @@ describe('per-destination circuit breaker (HTTP, PostgreSQL)', () => {
     assert.equal(closed.length, 1, 'logged once on closing');
     assert.ok(!JSON.stringify(logs).includes('SECRET-PAYLOAD'), 'no payload in the logs');
     assert.equal(logs.filter((l) => l.msg.includes('parked')).length, 0);
+  });
+});
+
+/** A TCP proxy to the shared Redis that the test stops (connections refused) and starts again on the same port. */
+class RedisProxy {
+  #server: TcpServer | null = null;
+  readonly #sockets = new Set<Socket>();
+  port = 0;
+
+  async start(): Promise<void> {
+    this.#server = createTcpServer((client) => {
+      const upstream = connect(6379, '127.0.0.1');
+      for (const s of [client, upstream]) {
+        this.#sockets.add(s);
+        s.on('close', () => this.#sockets.delete(s));
+        s.on('error', () => {});
+      }
+      client.on('close', () => upstream.destroy());
+      upstream.on('close', () => client.destroy());
+      client.pipe(upstream);
+      upstream.pipe(client);
+    });
+    await new Promise<void>((resolve) => this.#server!.listen(this.port, '127.0.0.1', resolve));
+    this.port = (this.#server.address() as AddressInfo).port;
+  }
+
+  async stop(): Promise<void> {
+    const server = this.#server;
+    this.#server = null;
+    for (const s of this.#sockets) s.destroy();
+    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+}
+
+describe('per-destination circuit breaker (Redis out of reach, PostgreSQL)', () => {
+  it('Redis refusing connections pauses its destination without parking; the other route flows; it resumes in order', async () => {
+    const db = await openDb('postgres');
+    const admin = new Redis('redis://127.0.0.1:6379');
+    const prefix = `txbox-test:breaker-${randomBytes(4).toString('hex')}:`;
+    const proxy = new RedisProxy();
+    await proxy.start();
+    const recorded = new RecordingTransport();
+    const redis = new RedisTransport({ url: `redis://127.0.0.1:${proxy.port}`, streamPrefix: prefix, commandTimeoutMs: 2000 });
+    const changes: string[] = [];
+    const billingIds = new Map<string, string[]>();
+    const relay = createRelay({
+      store: new PostgresRelayStore({ schema: db.schema, connection: db.connection }),
+      routes: [
+        { name: 'recorded', transport: recorded, destinations: ['orders'] },
+        { name: 'redis', transport: redis, destinations: ['billing'] },
+      ],
+      pollIntervalMs: 50,
+      leaseTtlMs: 1500,
+      retry: { baseDelayMs: 10, maxDelayMs: 50, maxAttempts: 2 },
+      circuitBreaker: { baseDelayMs: 100, maxDelayMs: 400 },
+    });
+    relay.on('circuit', (c) => void changes.push(`${c.destination} ${c.state}`));
+    try {
+      await relay.start();
+      await proxy.stop(); // Redis is now out of reach: connections are refused
+      const outbox = createOutbox({ store: new PostgresOutboxStore({ schema: db.schema }), events: [OrderPlaced, Charged] });
+      const orderIds: string[] = [];
+      for (let i = 0; i < 5; i++) {
+        await db.transaction(async (tx) => {
+          for (let k = 0; k < 3; k++) {
+            const [id] = await outbox.enqueue(tx, Charged({ aggregateId: k, payload: { n: i, card: 'x' } }));
+            billingIds.set(`Invoice:${k}`, [...(billingIds.get(`Invoice:${k}`) ?? []), id!]);
+            orderIds.push(...(await outbox.enqueue(tx, OrderPlaced({ aggregateId: k, payload: { n: i, card: 'x' } }))));
+          }
+        });
+      }
+      await waitFor('every orders event recorded while Redis is out of reach', () => orderIds.every((id) => recorded.acked.some((e) => e.id === id)), 30_000);
+      await waitFor('the billing circuit opened', () => changes.includes('billing open'), 30_000);
+      const down = await db.query<{ state: string; attempts: number; n: number }>(
+        `SELECT state, attempts, count(*)::int AS n FROM "${db.schema}".outbox WHERE destination = 'billing' GROUP BY 1, 2`,
+      );
+      assert.deepEqual(down, [{ state: 'pending', attempts: 0, n: 15 }], 'billing events stay pending, attempts not counted, none parked');
+
+      await proxy.start(); // Redis is back on the same address
+      await waitFor('every billing event in the stream', async () => (await admin.xlen(`${prefix}billing`)) >= 15, 30_000);
+      await waitFor('the billing circuit closed', () => changes.includes('billing closed'), 10_000);
+    } finally {
+      await relay.stop();
+      await proxy.stop();
+    }
+    try {
+      const entries = await admin.xrange(`${prefix}billing`, '-', '+');
+      const arrived = entries.map(([, fields]) => parseStreamEntry(fields, 'billing')).map((p) => {
+        if (!p.ok) throw new Error(p.message);
+        return p.event;
+      });
+      for (const [key, ids] of billingIds) {
+        assert.deepEqual([...new Set(arrived.filter((e) => e.key === key).map((e) => e.id))], ids, `${key} arrived in outbox order`);
+      }
+      const rows = await db.query<{ state: string; attempts: number; n: number }>(
+        `SELECT state, attempts, count(*)::int AS n FROM "${db.schema}".outbox WHERE destination = 'billing' GROUP BY 1, 2`,
+      );
+      assert.deepEqual(rows, [{ state: 'published', attempts: 1, n: 15 }]);
+    } finally {
+      await admin.del(`${prefix}billing`);
+      admin.disconnect();
+      await db.close();
+    }
   });
 });
