@@ -54,13 +54,30 @@ export interface RelayHeartbeat {
   readonly inFlight: number;
   readonly publishedTotal: number;
   readonly ratePerMinute: number;
+  /** Destinations whose circuit is open in this relay (a destination down). Default: none. */
+  readonly circuits?: readonly OpenCircuit[];
+}
+
+/** A destination a relay has paused because it answered as down (401, 403, 404, refused, DNS). */
+export interface OpenCircuit {
+  readonly destination: string;
+  /** The error that opened it (no payload). */
+  readonly reason: string;
+  /** When it opened (the first failure of this outage). */
+  readonly openSince: Date;
+  /** When the relay sends the next probe event. */
+  readonly nextProbeAt: Date;
+  /** Probes that failed since it opened. */
+  readonly failedProbes: number;
 }
 
 /** The outcome of one claimed event, reported back to the store. */
 export type Completion =
   | { readonly seq: number; readonly token: string; readonly outcome: 'published' }
   | { readonly seq: number; readonly token: string; readonly outcome: 'retry'; readonly delayMs: number; readonly error: string; readonly routesAcked?: readonly string[] }
-  | { readonly seq: number; readonly token: string; readonly outcome: 'park'; readonly error: string; readonly routesAcked?: readonly string[] };
+  | { readonly seq: number; readonly token: string; readonly outcome: 'park'; readonly error: string; readonly routesAcked?: readonly string[] }
+  /** Not published because its destination is down: stays pending, not before `delayMs`, attempts unchanged. */
+  | { readonly seq: number; readonly token: string; readonly outcome: 'defer'; readonly delayMs: number; readonly error: string; readonly routesAcked?: readonly string[] };
 
 export interface ClaimOptions {
   /** At most this many events. */

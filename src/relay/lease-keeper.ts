@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import type { BucketLease, RelayStore } from '../core/ports.ts';
+import type { BucketLease, RelayHeartbeat, RelayStore } from '../core/ports.ts';
 
 interface Held {
   readonly token: string;
@@ -51,7 +51,7 @@ export class LeaseKeeper {
   }
 
   /** One heartbeat + rebalance round trip pair. */
-  async tick(stats: { inFlight: number; publishedTotal: number; ratePerMinute: number; host: string; pid: number }): Promise<LeaseChange> {
+  async tick(stats: Omit<RelayHeartbeat, 'relayId'>): Promise<LeaseChange> {
     this.#ticking = true;
     try {
       return await this.#tick(stats);
@@ -60,7 +60,7 @@ export class LeaseKeeper {
     }
   }
 
-  async #tick(stats: { inFlight: number; publishedTotal: number; ratePerMinute: number; host: string; pid: number }): Promise<LeaseChange> {
+  async #tick(stats: Omit<RelayHeartbeat, 'relayId'>): Promise<LeaseChange> {
     const beat = await this.store.heartbeat({ relayId: this.relayId, ...stats }, this.ttlMs);
     const { liveRelays, bucketCount } = beat;
     const target = Math.ceil(bucketCount / Math.max(1, liveRelays));

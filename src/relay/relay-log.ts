@@ -66,6 +66,13 @@ export class RelayLog {
     source.on('parked', (e) => log.error(e, 'txbox relay: event parked'));
     source.on('fenced', (e) => log.warn({ relayId, ...e }, 'txbox relay: lease lost, marks rejected by the fence'));
     source.on('error', (e) => log.error({ relayId, phase: e.phase, err: e.error.message }, 'txbox relay error'));
+    source.on('circuit', (e) => {
+      const at = { relayId, destination: e.destination, reason: e.reason, openSince: e.openSince.toISOString(), failedProbes: e.failedProbes };
+      const next = e.nextProbeAt?.toISOString();
+      if (e.state === 'open') log.error({ ...at, nextProbeAt: next }, 'txbox relay: destination down, circuit open: its events wait, pending and in order, until a probe succeeds');
+      else if (e.state === 'closed') log.warn(at, 'txbox relay: destination answers again, circuit closed');
+      else log.debug({ ...at, nextProbeAt: next }, 'txbox relay: probe failed, destination still down');
+    });
   }
 
   /** Starts the periodic summary (a timer that does not keep the process alive). */

@@ -38,6 +38,16 @@ export interface RelayOptions {
   readonly minPollIntervalMs?: number;
   /** Backoff and attempts before an event is parked. */
   readonly retry?: RetryOptions;
+  /**
+   * The per-destination circuit breaker. When a transport says a destination
+   * is down (HTTP 401, 403, 404, connection refused, DNS failure; a broker
+   * refusing the credentials or the connection), the relay stops publishing
+   * to that destination for a backoff, then sends one probe event; the first
+   * success closes it. Events of a down destination stay pending, in order,
+   * without counting attempts or parking; other destinations keep flowing.
+   * Default: `{ baseDelayMs: 1000, maxDelayMs: 60000 }`.
+   */
+  readonly circuitBreaker?: CircuitBreakerOptions;
   /** Destinations whose parked events do not hold back later events of the same key. Default: none (a parked event holds its key). */
   readonly skipParkedDestinations?: readonly string[];
   /** Longest time one publish call may take before its events count as timed out (retriable). Default: 30000 ms. */
@@ -62,6 +72,18 @@ export interface RelayOptions {
   readonly logSummaryIntervalMs?: number;
 }
 
+export interface CircuitBreakerOptions {
+  /** Pause after a destination is first seen down, before the first probe, in ms. Doubles (with jitter) after each failed probe. Default: 1000. */
+  readonly baseDelayMs?: number;
+  /** Longest pause between probes, in ms. Default: 60000 (1 minute). */
+  readonly maxDelayMs?: number;
+}
+
+export interface ResolvedCircuitBreakerOptions {
+  readonly baseDelayMs: number;
+  readonly maxDelayMs: number;
+}
+
 export interface RetentionOptions {
   readonly keepPublishedMs?: number;
   readonly intervalMs?: number;
@@ -84,6 +106,7 @@ export interface ResolvedRelayOptions {
   readonly pollIntervalMs: number;
   readonly minPollIntervalMs: number;
   readonly retry: ResolvedRetryOptions;
+  readonly circuitBreaker: ResolvedCircuitBreakerOptions;
   readonly skipParkedDestinations: readonly string[];
   readonly publishTimeoutMs: number;
   readonly stopTimeoutMs: number;
@@ -130,6 +153,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     pollIntervalMs,
     minPollIntervalMs: Math.min(pollIntervalMs, int('minPollIntervalMs', options.minPollIntervalMs, 5, 1, 600_000)),
     retry: resolveRetryOptions(options.retry),
+    circuitBreaker: resolveCircuitBreaker(options.circuitBreaker),
     skipParkedDestinations: Object.freeze([...skip]),
     publishTimeoutMs: int('publishTimeoutMs', options.publishTimeoutMs, 30_000, 1, 3_600_000),
     stopTimeoutMs: int('stopTimeoutMs', options.stopTimeoutMs, 10_000, 0, 3_600_000),
@@ -137,6 +161,16 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     logger: options.logger ?? silentLogger,
     logSummaryIntervalMs: int('logSummaryIntervalMs', options.logSummaryIntervalMs, 60_000, 0, 86_400_000),
   });
+}
+
+function resolveCircuitBreaker(c: CircuitBreakerOptions | undefined): ResolvedCircuitBreakerOptions {
+  if (c !== undefined && (c === null || typeof c !== 'object')) {
+    throw new ConfigError('circuitBreaker', 'must be an object such as { baseDelayMs: 1000, maxDelayMs: 60000 }');
+  }
+  const baseDelayMs = int('circuitBreaker.baseDelayMs', c?.baseDelayMs, 1000, 1, 3_600_000);
+  const maxDelayMs = int('circuitBreaker.maxDelayMs', c?.maxDelayMs, Math.max(60_000, baseDelayMs), 1, 86_400_000);
+  if (maxDelayMs < baseDelayMs) throw new ConfigError('circuitBreaker.maxDelayMs', `must be >= circuitBreaker.baseDelayMs (${baseDelayMs})`);
+  return Object.freeze({ baseDelayMs, maxDelayMs });
 }
 
 function resolveRetention(r: RetentionOptions | false | undefined): ResolvedRetentionOptions | false {

@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { keyHash, TypedEmitter } from '../core/emitter.ts';
 import type { Completion } from '../core/ports.ts';
+import { DestinationBreakers, type CircuitChange } from './destination-breaker.ts';
 import { LeaseKeeper, type LeaseChange } from './lease-keeper.ts';
 import { publishBatch } from './publish-batch.ts';
 import { RelayLog } from './relay-log.ts';
@@ -30,6 +31,8 @@ export interface RelayEvents {
   /** Published rows removed by retention. */
   pruned: { readonly deleted: number };
   error: { readonly phase: 'lease' | 'claim' | 'complete' | 'retention'; readonly error: Error };
+  /** A destination's circuit opened (it answered as down), stayed open after a probe, or closed. */
+  circuit: CircuitChange & { readonly relayId: string };
 }
 
 /**
@@ -47,6 +50,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
   readonly #leases: LeaseKeeper;
   readonly #log: RelayLog;
   readonly #rate = new RateWindow(60);
+  readonly #breakers: DestinationBreakers;
   #stopClaiming = new AbortController();
   #stopNow = new AbortController();
   #loops: Promise<void>[] = [];
@@ -66,6 +70,10 @@ export class Relay extends TypedEmitter<RelayEvents> {
       summaryIntervalMs: this.options.logSummaryIntervalMs,
       snapshot: () => ({ leasesHeld: this.#leases.size, inFlight: this.#inFlight }),
       ...(this.options.store.backlog ? { backlog: () => this.options.store.backlog!() } : {}),
+    });
+    this.#breakers = new DestinationBreakers(this.options.circuitBreaker, {
+      probeTimeoutMs: 2 * this.options.publishTimeoutMs,
+      onChange: (change) => this.emit('circuit', { ...change, relayId: this.relayId }),
     });
   }
 
@@ -152,6 +160,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       ratePerMinute: this.#rate.total(),
       host: hostname(),
       pid: process.pid,
+      circuits: this.#breakers.open(),
     });
     if (change.acquired || change.lost || change.released) this.emit('leases', { ...change, relayId: this.relayId });
   }
@@ -235,6 +244,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
           tokenOf: (bucket) => tokens.get(bucket)!,
           leaseValid: (bucket, token) => this.#leases.isValid(bucket, token),
           onFailure: (event, c) => this.#reportFailure(event, c),
+          breakers: this.#breakers,
         });
         await this.#complete(lane, events.length, completions, started);
       } finally {

@@ -28,7 +28,10 @@ Options:
                             servers, comma-separated; an amqp:// or redis:// URL. Other broker
                             options come from the config file's "transport" object
   --endpoint DEST=URL       http endpoint per destination (repeatable; or TXBOX_HTTP_ENDPOINTS)
-  --secret SECRET           Standard Webhooks signing secret (or TXBOX_WEBHOOK_SECRET)
+  --secret SECRET           Standard Webhooks signing secret (or TXBOX_WEBHOOK_SECRET); required
+                            for http: generate one with \`npx txbox secret\`
+  --unsigned                http without a secret: send unsigned requests on purpose (tests,
+                            trusted networks; logs a warning)
   --batch-size N            events per claim (default 500)
   --lanes N                 concurrent claim loops (default 2)
   --lease-ttl-ms MS         bucket lease length (default 30000)
@@ -46,6 +49,7 @@ Options:
     'transport-url': { type: 'string' },
     endpoint: { type: 'string', multiple: true },
     secret: { type: 'string' },
+    unsigned: { type: 'boolean' },
     'batch-size': { type: 'string' },
     lanes: { type: 'string' },
     'lease-ttl-ms': { type: 'string' },

@@ -1,11 +1,11 @@
 import type { Command } from '../command.ts';
 import { openDatabase } from '../database.ts';
 import { fmt } from '../progress.ts';
-import { PostgresAdmin, type DestinationStatus, type OutboxStatus, type RelayStatus } from '../../stores/postgres/postgres-admin.ts';
+import { PostgresAdmin, type DestinationCircuit, type DestinationStatus, type OutboxStatus, type RelayStatus } from '../../stores/postgres/postgres-admin.ts';
 
 export const statusCommand: Command = {
   name: 'status',
-  summary: 'backlog per destination, oldest pending age, in flight, parked, rate, relays (alive, expired, left), table health',
+  summary: 'backlog per destination, oldest pending age, in flight, parked, rate, relays (alive, expired, left), destinations down, table health',
   help: `Usage: txbox status [--json]
 
 Options:
@@ -23,8 +23,10 @@ Exit code 0 when the database answered, whatever the backlog.`,
   async run({ flags, config, logger, out }) {
     const db = await openDatabase(config, logger, true, 'txbox status');
     try {
-      const status = await new PostgresAdmin(db.connection, { schema: config.schema, table: config.table }).status();
-      out(flags.json ? JSON.stringify(status, null, 2) : renderStatus(db.names.outbox, status));
+      const admin = new PostgresAdmin(db.connection, { schema: config.schema, table: config.table });
+      const status = await admin.status();
+      const circuits = await admin.circuits();
+      out(flags.json ? JSON.stringify({ ...status, circuits }, null, 2) : `${renderStatus(db.names.outbox, status)}\n${renderCircuits(circuits)}`);
       return 0;
     } finally {
       await db.connection.close();
@@ -77,6 +79,18 @@ function renderRelays(relays: readonly RelayStatus[]): string {
 function renderTable(t: OutboxStatus['table']): string {
   const deadShare = t.liveRows + t.deadRows > 0 ? (100 * t.deadRows) / (t.liveRows + t.deadRows) : 0;
   return `table: ${(t.totalBytes / 1048576).toFixed(1)} MiB with indexes, ~${fmt(t.liveRows)} live rows, ~${fmt(t.deadRows)} dead (${deadShare.toFixed(0)}%), last autovacuum ${t.lastAutovacuum ? t.lastAutovacuum.toISOString() : 'never'}`;
+}
+
+/** Destinations down: one line per (destination, relay) circuit open, from the relays' heartbeats. */
+export function renderCircuits(circuits: readonly DestinationCircuit[]): string {
+  if (circuits.length === 0) return 'destinations down: none (no circuit open)';
+  const lines = ['destinations down (circuit open: events wait pending, in order, attempts not counted):'];
+  for (const c of circuits) {
+    lines.push(
+      `  ${c.destination}: circuit open since ${c.openSince.toISOString()} (relay ${c.relayId}), reason ${c.reason}, next probe ${c.nextProbeAt.toISOString()}${c.failedProbes > 0 ? `, ${c.failedProbes} failed probes` : ''}`,
+    );
+  }
+  return lines.join('\n');
 }
 
 function pad(widths: readonly number[], cols: string[]): string {

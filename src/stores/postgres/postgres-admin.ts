@@ -56,6 +56,17 @@ export interface OutboxStatus {
   readonly table: { readonly totalBytes: number; readonly liveRows: number; readonly deadRows: number; readonly lastAutovacuum: Date | null };
 }
 
+/** A destination one live relay has paused (circuit open), from that relay's last heartbeat. */
+export interface DestinationCircuit {
+  readonly destination: string;
+  readonly relayId: string;
+  /** The error that opened it: status or network error and the endpoint, never a payload. */
+  readonly reason: string;
+  readonly openSince: Date;
+  readonly nextProbeAt: Date;
+  readonly failedProbes: number;
+}
+
 export interface ParkedEvent {
   readonly seq: number;
   readonly id: string;
@@ -186,6 +197,28 @@ export class PostgresAdmin {
       deadRows: num(t.n_dead_tup),
       lastAutovacuum: (t.last_autovacuum as Date | null) ?? null,
     };
+  }
+
+  /**
+   * Open circuits of live relays (heartbeat in the last minute), by
+   * destination then relay: destinations down, whose events wait pending.
+   */
+  async circuits(): Promise<DestinationCircuit[]> {
+    const { rows } = await this.db.query<Record<string, unknown>>(
+      `SELECT r.relay_id, c.destination, c.reason, c."openSince" AS open_since, c."nextProbeAt" AS next_probe_at, c."failedProbes" AS failed_probes
+       FROM ${this.names.relays} r,
+            jsonb_to_recordset(r.circuits) AS c(destination text, reason text, "openSince" timestamptz, "nextProbeAt" timestamptz, "failedProbes" integer)
+       WHERE r.heartbeat_at > now() - interval '1 minute'
+       ORDER BY c.destination, r.relay_id`,
+    );
+    return rows.map((r) => ({
+      destination: String(r.destination),
+      relayId: String(r.relay_id),
+      reason: String(r.reason ?? ''),
+      openSince: new Date(r.open_since as Date),
+      nextProbeAt: new Date(r.next_probe_at as Date),
+      failedProbes: num(r.failed_probes),
+    }));
   }
 
   async listParked(options: { destination?: string; limit?: number } = {}): Promise<ParkedEvent[]> {

@@ -91,7 +91,7 @@ function resolveReleaseHeldEveryMs(value: number | undefined): number {
   return value;
 }
 
-const OUTCOME_CODE = { published: 0, retry: 1, park: 2 } as const;
+const OUTCOME_CODE = { published: 0, retry: 1, park: 2, defer: 3 } as const;
 
 /** The relay side of a PostgreSQL or PGlite outbox table. */
 export class PostgresRelayStore implements RelayStore {
@@ -146,6 +146,7 @@ export class PostgresRelayStore implements RelayStore {
       relay.publishedTotal,
       relay.ratePerMinute,
       ttlMs,
+      JSON.stringify(relay.circuits ?? []),
     ]);
     const r = rows[0]!;
     return { liveRelays: r.live, bucketCount: r.bucket_count, nextForeignExpiryMs: r.next_foreign_expiry_ms === null ? null : Number(r.next_foreign_expiry_ms) };
@@ -208,7 +209,7 @@ export class PostgresRelayStore implements RelayStore {
       seqs.push(c.seq);
       tokens.push(c.token);
       outcomes.push(OUTCOME_CODE[c.outcome]);
-      delays.push(c.outcome === 'retry' ? Math.min(c.delayMs, 2 ** 31 - 1) : 0);
+      delays.push(c.outcome === 'retry' || c.outcome === 'defer' ? Math.min(c.delayMs, 2 ** 31 - 1) : 0);
       errors.push(c.outcome === 'published' ? null : c.error.slice(0, 2000));
       routes.push(c.outcome === 'published' ? '' : (c.routesAcked ?? []).join(','));
     }

@@ -89,18 +89,18 @@ SELECT (SELECT count(*) FROM notified)::int AS notified`;
 }
 
 /**
- * $1 relay id, $2 host, $3 pid, $4 in flight, $5 published total, $6 rate, $7 ttl ms.
+ * $1 relay id, $2 host, $3 pid, $4 in flight, $5 published total, $6 rate, $7 ttl ms, $8 open circuits (JSON array).
  * A heartbeat makes a relay that had left alive again (same relay id), and
  * deletes rows of relays that left or stopped heartbeating over 24 hours ago.
  * Also returns when the first lease of another relay runs out (bucket leases are few: 256 rows).
  */
 export function heartbeatSql(n: PostgresNames): string {
   return `WITH up AS (
-  INSERT INTO ${n.relays} AS r (relay_id, host, pid, in_flight, published_total, rate_per_minute, lease_ttl_ms)
-  VALUES ($1, $2, $3, $4, $5, $6, $7)
+  INSERT INTO ${n.relays} AS r (relay_id, host, pid, in_flight, published_total, rate_per_minute, lease_ttl_ms, circuits)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)
   ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = now(), in_flight = EXCLUDED.in_flight,
     published_total = EXCLUDED.published_total, rate_per_minute = EXCLUDED.rate_per_minute,
-    host = EXCLUDED.host, pid = EXCLUDED.pid, lease_ttl_ms = EXCLUDED.lease_ttl_ms, left_at = NULL
+    host = EXCLUDED.host, pid = EXCLUDED.pid, lease_ttl_ms = EXCLUDED.lease_ttl_ms, left_at = NULL, circuits = EXCLUDED.circuits
   RETURNING 1
 ), gone AS (
   DELETE FROM ${n.relays} WHERE coalesce(left_at, heartbeat_at) < now() - interval '24 hours'
@@ -168,7 +168,8 @@ export function claimSql(n: PostgresNames): string {
 }
 
 /**
- * $1 relay id, $2 seqs, $3 tokens, $4 outcomes (0 published, 1 retry, 2 park),
+ * $1 relay id, $2 seqs, $3 tokens, $4 outcomes (0 published, 1 retry, 2 park,
+ * 3 defer: destination down, pending again after the delay without counting an attempt),
  * $5 retry delays ms, $6 errors, $7 routes acked (comma-joined). Fenced: applies only rows whose bucket the
  * relay still holds under the same token, with the lease unexpired by the
  * database clock; the lease rows are share-locked so that no other relay can
@@ -209,9 +210,9 @@ export function completeSql(n: PostgresNames, deleteOnPublish: boolean): string 
 ), failed AS (
   UPDATE ${n.outbox} o SET
     state = CASE WHEN i.outcome = 2 THEN 'parked' ELSE 'pending' END,
-    attempts = o.attempts + 1,
+    attempts = o.attempts + CASE WHEN i.outcome = 3 THEN 0 ELSE 1 END,
     last_error = i.error,
-    next_attempt_at = CASE WHEN i.outcome = 1 THEN now() + i.delay_ms * interval '1 millisecond' END,
+    next_attempt_at = CASE WHEN i.outcome IN (1, 3) THEN now() + i.delay_ms * interval '1 millisecond' END,
     parked_at = CASE WHEN i.outcome = 2 THEN now() ELSE o.parked_at END,
     routes_done = CASE WHEN i.routes = '' THEN o.routes_done
       ELSE ARRAY(SELECT DISTINCT r FROM unnest(o.routes_done || string_to_array(i.routes, ',')) AS r ORDER BY r) END

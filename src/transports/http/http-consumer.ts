@@ -18,7 +18,7 @@ export interface WebhookConsumerOptions extends Omit<WebhookReceiverOptions, 'on
  * 204 without running the handler again.
  *
  * @example
- * const consumer = createWebhookConsumer({ inbox, secret: process.env.WEBHOOK_SECRET });
+ * const consumer = createWebhookConsumer({ inbox, secret: process.env.WEBHOOK_SECRET }); // unset throws
  * const { url } = await consumer.listen({ port: 8080 });
  */
 export function createWebhookConsumer(options: WebhookConsumerOptions): WebhookReceiver {
