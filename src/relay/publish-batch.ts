@@ -4,6 +4,7 @@ import type { Completion, PublishOutcome, Transport } from '../core/ports.ts';
 import { retryDelay, type ResolvedRetryOptions } from '../core/retry.ts';
 import { publishToRoutes, type ResolvedRoute, type RoutedOutcome } from './routes.ts';
 import { untilAborted } from '../core/abort.ts';
+import { scrubErrorText } from '../core/error-text.ts';
 
 export interface BatchContext {
   readonly routes: readonly ResolvedRoute[];
@@ -95,12 +96,12 @@ function failureCompletion(
   routesAcked: readonly string[],
 ): Completion & { outcome: 'retry' | 'park' } {
   const attempt = event.attempts + 1;
-  const message = `${error.kind}: ${error.message}`.slice(0, 2000);
+  const message = `${error.kind}: ${error.message}`;
   const base = { seq: event.seq, token, routesAcked };
-  if (error.kind === 'permanent') return { ...base, outcome: 'park', error: message };
+  if (error.kind === 'permanent') return { ...base, outcome: 'park', error: scrubErrorText(message) };
   if (attempt >= retry.maxAttempts) {
-    return { ...base, outcome: 'park', error: `gave up after ${attempt} attempts; last error ${message}` };
+    return { ...base, outcome: 'park', error: scrubErrorText(`gave up after ${attempt} attempts; last error ${message}`) };
   }
-  return { ...base, outcome: 'retry', delayMs: retryDelay(retry, attempt, error.retryAfterMs), error: message };
+  return { ...base, outcome: 'retry', delayMs: retryDelay(retry, attempt, error.retryAfterMs), error: scrubErrorText(message) };
 }
 

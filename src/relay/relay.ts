@@ -1,7 +1,9 @@
 import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { keyHash, TypedEmitter } from '../core/emitter.ts';
+import type { StoredEvent } from '../core/envelope.ts';
 import type { Completion } from '../core/ports.ts';
+import { completeIsolating } from './complete-isolating.ts';
 import { LeaseKeeper, type LeaseChange } from './lease-keeper.ts';
 import { publishBatch } from './publish-batch.ts';
 import { RateWindow } from './rate-window.ts';
@@ -219,7 +221,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
           leaseValid: (bucket, token) => this.#leases.isValid(bucket, token),
           onFailure: (event, c) => this.#reportFailure(event, c),
         });
-        await this.#complete(lane, events.length, completions, started);
+        await this.#complete(lane, events, completions, started);
       } finally {
         this.#inFlight -= events.length;
         this.#leases.markIdle(buckets);
@@ -227,35 +229,37 @@ export class Relay extends TypedEmitter<RelayEvents> {
     }
   }
 
-  async #complete(lane: number, claimed: number, completions: Completion[], started: number): Promise<void> {
-    let attempt = 0;
-    for (;;) {
-      if (this.#crashed) return;
-      try {
-        const { applied, rejected } = await this.options.store.complete(this.relayId, completions);
-        const published = completions.filter((c) => c.outcome === 'published').length;
-        this.#publishedTotal += published;
-        this.#rate.add(published);
-        if (rejected > 0) this.emit('fenced', { lane, rejected });
-        this.emit('batch', {
-          lane,
-          claimed,
-          published,
-          retried: completions.filter((c) => c.outcome === 'retry').length,
-          parked: completions.filter((c) => c.outcome === 'park').length,
-          rejected,
-          durationMs: performance.now() - started,
-        });
-        void applied;
-        return;
-      } catch (err) {
-        this.emit('error', { phase: 'complete', error: err as Error });
-        // The events were acked; if marking keeps failing they stay pending and are
-        // published again after the lease moves on (at-least-once, never lost).
-        if (++attempt >= 5 || this.#stopNow.signal.aborted) return;
-        await sleep(200 * 2 ** attempt, undefined, { signal: this.#stopNow.signal }).catch(() => {});
+  async #complete(lane: number, events: readonly StoredEvent[], completions: Completion[], started: number): Promise<void> {
+    if (this.#crashed) return;
+    // Transient failures are retried, then left pending (published again: at-least-once); a completion
+    // the store refuses deterministically is isolated by bisection and parked (complete-isolating.ts).
+    const result = await completeIsolating(completions, {
+      store: this.options.store,
+      relayId: this.relayId,
+      signal: this.#stopNow.signal,
+      onError: (error) => this.emit('error', { phase: 'complete', error }),
+    });
+    if (result.isolated.length > 0) {
+      const bySeq = new Map(events.map((e) => [e.seq, e]));
+      for (const c of result.isolated) {
+        const event = bySeq.get(c.seq);
+        if (event) this.#reportFailure(event, c);
       }
     }
+    if (result.completed.length === 0) return;
+    const published = result.completed.filter((c) => c.outcome === 'published').length;
+    this.#publishedTotal += published;
+    this.#rate.add(published);
+    if (result.rejected > 0) this.emit('fenced', { lane, rejected: result.rejected });
+    this.emit('batch', {
+      lane,
+      claimed: events.length,
+      published,
+      retried: result.completed.filter((c) => c.outcome === 'retry').length,
+      parked: result.completed.filter((c) => c.outcome === 'park').length,
+      rejected: result.rejected,
+      durationMs: performance.now() - started,
+    });
   }
 
   #reportFailure(event: { id: string; type: string; key: string; attempts: number }, c: Completion & { outcome: 'retry' | 'park' }): void {
