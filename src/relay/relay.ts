@@ -2,7 +2,7 @@ import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { keyHash, TypedEmitter } from '../core/emitter.ts';
 import type { StoredEvent } from '../core/envelope.ts';
-import type { Completion } from '../core/ports.ts';
+import type { Completion, Transport } from '../core/ports.ts';
 import { completeIsolating } from './complete-isolating.ts';
 import { LeaseKeeper, type LeaseChange } from './lease-keeper.ts';
 import { publishBatch } from './publish-batch.ts';
@@ -70,14 +70,32 @@ export class Relay extends TypedEmitter<RelayEvents> {
     return this.#publishedTotal;
   }
 
-  /** Connects the transport, takes the first leases and starts the claim loops. Resolves once running. */
+  /**
+   * Connects the transport, takes the first leases and starts the claim loops. Resolves once running.
+   * If a transport's start or the first lease tick fails, the transports it opened are closed, the
+   * relay is idle again and start() rejects; it can be called again.
+   */
   async start(): Promise<void> {
     if (this.#state !== 'idle') throw new Error(`relay is ${this.#state}; create a new relay to start again`);
     this.#state = 'running';
     this.#stopClaiming = new AbortController();
     this.#stopNow = new AbortController();
-    for (const r of this.options.routes) await r.transport.start?.(this.#stopNow.signal);
-    await this.#tickLeases();
+    const opened: Transport[] = [];
+    try {
+      for (const r of this.options.routes) {
+        opened.push(r.transport);
+        await r.transport.start?.(this.#stopNow.signal);
+      }
+      await this.#tickLeases();
+    } catch (err) {
+      // Back to idle with nothing left open, so that start() can be called again.
+      this.#stopNow.abort();
+      await this.#leases.leave().catch(() => {});
+      await Promise.all(opened.map((t) => t.close().catch(() => {})));
+      await this.options.store.close().catch(() => {});
+      this.#state = 'idle';
+      throw err;
+    }
     this.#loops = [this.#leaseLoop(), this.#retentionLoop()];
     for (let lane = 0; lane < this.options.lanes; lane++) this.#loops.push(this.#laneLoop(lane));
     this.emit('started', { relayId: this.relayId });
