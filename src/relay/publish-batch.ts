@@ -4,6 +4,7 @@ import type { Completion, PublishOutcome, Transport } from '../core/ports.ts';
 import { retryDelay, type ResolvedRetryOptions } from '../core/retry.ts';
 import { publishToRoutes, type ResolvedRoute, type RoutedOutcome } from './routes.ts';
 import { untilAborted } from '../core/abort.ts';
+import { CallSignal } from './call-signal.ts';
 import { scrubErrorText } from '../core/error-text.ts';
 
 export interface BatchContext {
@@ -16,6 +17,8 @@ export interface BatchContext {
   tokenOf(bucket: number): string;
   /** False once the relay may no longer act on the bucket (lease lost or about to expire). */
   leaseValid(bucket: number, token: string): boolean;
+  /** The local deadline (performance.now() clock) of the bucket's lease under `token`; -Infinity when not held. */
+  leaseDeadline(bucket: number, token: string): number;
   onFailure?(event: StoredEvent, completion: Completion & { outcome: 'retry' | 'park' }): void;
 }
 
@@ -56,6 +59,12 @@ export async function publishBatch(events: readonly StoredEvent[], ctx: BatchCon
         if (q.length === 0) queues.delete(event.key);
         continue;
       }
+      if (!ctx.leaseValid(event.bucket, token)) {
+        // The lease ended locally during the call (which was aborted at its deadline):
+        // not an attempt of this event. It stays pending for whoever holds the bucket next.
+        queues.delete(event.key);
+        continue;
+      }
       const failure = failureCompletion(event, token, outcome.error!, ctx.retry, outcome.acked);
       completions.push(failure);
       ctx.onFailure?.(event, failure);
@@ -70,9 +79,17 @@ async function publishWave(wave: StoredEvent[], ctx: BatchContext): Promise<Rout
   return ctx.signal.aborted ? null : outcomes;
 }
 
-/** One transport call with the publish timeout; failures of the whole call become per-event outcomes. */
+/**
+ * One transport call, aborted at the publish timeout or at the local lease deadline of
+ * its buckets, whichever comes first; failures of the whole call become per-event outcomes.
+ */
 async function callTransport(transport: Transport, events: StoredEvent[], ctx: BatchContext): Promise<PublishOutcome[]> {
-  const signal = AbortSignal.any([ctx.signal, AbortSignal.timeout(ctx.publishTimeoutMs)]);
+  const call = new CallSignal(ctx.signal, ctx.publishTimeoutMs, () => {
+    let deadline = Infinity;
+    for (const e of events) deadline = Math.min(deadline, ctx.leaseDeadline(e.bucket, ctx.tokenOf(e.bucket)));
+    return deadline;
+  });
+  const signal = call.signal;
   try {
     const outcomes = await untilAborted(transport.publish(events, signal), signal);
     if (outcomes.length !== events.length) {
@@ -81,10 +98,14 @@ async function callTransport(transport: Transport, events: StoredEvent[], ctx: B
     return outcomes;
   } catch (err) {
     const error =
-      signal.aborted && !ctx.signal.aborted
+      call.cause === 'timeout'
         ? new TransportError('retriable', `publish timed out after ${ctx.publishTimeoutMs} ms`, { cause: err })
-        : toTransportError(err);
+        : call.cause === 'lease'
+          ? new TransportError('retriable', 'publish aborted: the lease of its bucket ended locally before the ack', { cause: err })
+          : toTransportError(err);
     return events.map(() => ({ ok: false, error }));
+  } finally {
+    call.dispose();
   }
 }
 

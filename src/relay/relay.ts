@@ -4,7 +4,7 @@ import { keyHash, TypedEmitter } from '../core/emitter.ts';
 import type { StoredEvent } from '../core/envelope.ts';
 import type { Completion, Transport } from '../core/ports.ts';
 import { completeIsolating } from './complete-isolating.ts';
-import { LeaseKeeper, type LeaseChange } from './lease-keeper.ts';
+import { LeaseKeeper, leaseRenewEveryMs, type LeaseChange } from './lease-keeper.ts';
 import { publishBatch } from './publish-batch.ts';
 import { RateWindow } from './rate-window.ts';
 import { resolveRelayOptions, type RelayOptions, type ResolvedRelayOptions } from './relay-options.ts';
@@ -161,7 +161,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
 
   async #leaseLoop(): Promise<void> {
     const signal = this.#stopClaiming.signal;
-    const every = Math.floor(this.options.leaseTtlMs / 3);
+    const every = leaseRenewEveryMs(this.options.leaseTtlMs);
     while (!signal.aborted) {
       await sleep(every, undefined, { signal }).catch(() => {});
       if (signal.aborted) break;
@@ -237,6 +237,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
           signal: this.#stopNow.signal,
           tokenOf: (bucket) => tokens.get(bucket)!,
           leaseValid: (bucket, token) => this.#leases.isValid(bucket, token),
+          leaseDeadline: (bucket, token) => this.#leases.deadlineOf(bucket, token),
           onFailure: (event, c) => this.#reportFailure(event, c),
         });
         await this.#complete(lane, events, completions, started);
