@@ -14,6 +14,8 @@ const OrderCreated = defineEvent({ type: 'OrderCreated', aggregateType: 'Order',
 /** Counts start and close; acks every event while open. */
 class CountingTransport implements Transport {
   readonly name = 'counting';
+  /** Makes start() throw, as a broker that refuses the connection. */
+  failStart = false;
   starts = 0;
   closes = 0;
   readonly acked: string[] = [];
@@ -22,6 +24,7 @@ class CountingTransport implements Transport {
   }
   async start(): Promise<void> {
     this.starts++;
+    if (this.failStart) throw new Error('connection refused (injected)');
   }
   async publish(events: readonly OutboxEvent[]): Promise<PublishOutcome[]> {
     if (!this.open) throw new Error('publish on a closed transport');
@@ -63,5 +66,27 @@ describe('relay start failure', () => {
       await relay.stop();
     }
     assert.deepEqual({ starts: transport.starts, closes: transport.closes }, { starts: 2, closes: 2 });
+  });
+
+  it("a transport whose start fails: the transports opened before it are closed, and start() can be called again", async () => {
+    await migratePostgres(db.connection, postgresNames({ schema: db.schema }));
+    const first = new CountingTransport();
+    const second = new CountingTransport();
+    second.failStart = true;
+    const relay = createRelay({
+      store: new PostgresRelayStore({ schema: db.schema, connection: db.connection }),
+      routes: [
+        { name: 'one', transport: first },
+        { name: 'two', transport: second },
+      ],
+      pollIntervalMs: 20,
+      leaseTtlMs: 3000,
+    });
+    await assert.rejects(relay.start(), /connection refused \(injected\)/);
+    assert.deepEqual([first.starts, first.closes, second.starts, second.closes], [1, 1, 1, 1]);
+    second.failStart = false;
+    await relay.start();
+    await relay.stop();
+    assert.deepEqual([first.starts, first.closes, second.starts, second.closes], [2, 2, 2, 2]);
   });
 });
