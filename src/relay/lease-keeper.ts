@@ -18,11 +18,12 @@ export function leaseRenewEveryMs(ttlMs: number): number {
 }
 
 /**
- * The longest publish call that fits inside a lease: what is left of a lease
- * (ttl - margin) when the call starts just before a renewal is due.
+ * The longest publish call that fits inside a lease (ttl - margin). A call
+ * runs past that only while renewals keep coming; when they stop, it is
+ * aborted at the lease's local deadline (call-signal.ts).
  */
 export function maxPublishTimeoutMs(ttlMs: number): number {
-  return ttlMs - leaseRenewEveryMs(ttlMs) - leaseMarginMs(ttlMs);
+  return ttlMs - leaseMarginMs(ttlMs);
 }
 
 export interface LeaseChange {

@@ -43,10 +43,10 @@ export interface RelayOptions {
   readonly skipParkedDestinations?: readonly string[];
   /**
    * Longest time one publish call may take before its events count as timed out (retriable).
-   * It must fit inside a lease: at most `leaseTtlMs - leaseTtlMs/3 - margin` (margin: a fifth
-   * of the TTL, at most 2000 ms), what is left of a lease when a call starts just before its
-   * renewal; 18000 ms with the default `leaseTtlMs`. A call is aborted anyway at the lease's
-   * local deadline if the renewal did not come. Default: 30000 ms or that limit, whichever is lower.
+   * It must fit inside a lease: at most `leaseTtlMs - margin` (margin: a fifth of the TTL, at
+   * most 2000 ms), 28000 ms with the default `leaseTtlMs`. Whatever it is, a call is aborted at
+   * the lease's local deadline when renewals stop coming. Default: 30000 ms or that limit,
+   * whichever is lower.
    */
   readonly publishTimeoutMs?: number;
   /** How long `stop()` lets in-flight batches finish before aborting them. Default: 10000 ms. */
@@ -142,7 +142,7 @@ function publishTimeout(value: number | undefined, leaseTtlMs: number): number {
   throw new ConfigError(
     'publishTimeoutMs',
     `${ms} ms does not fit inside the lease: with leaseTtlMs ${leaseTtlMs} a publish call may last at most ${max} ms ` +
-      `(leaseTtlMs - leaseTtlMs/3 for the renewal - ${leaseMarginMs(leaseTtlMs)} ms margin). ` +
+      `(leaseTtlMs - ${leaseMarginMs(leaseTtlMs)} ms margin, so that a call started on a fresh lease can end before it). ` +
       `Set publishTimeoutMs to ${max} or less, or leaseTtlMs to ${ttl} or more`,
   );
 }

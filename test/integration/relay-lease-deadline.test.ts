@@ -126,12 +126,13 @@ describe('relay: lease deadline', () => {
       (e: unknown) =>
         e instanceof ConfigError &&
         e.field === 'publishTimeoutMs' &&
-        /at most 4667 ms/.test(e.message) &&
-        /Set publishTimeoutMs to 4667 or less, or leaseTtlMs to \d+ or more/.test(e.message),
+        /at most 8000 ms/.test(e.message) &&
+        /Set publishTimeoutMs to 8000 or less, or leaseTtlMs to \d+ or more/.test(e.message),
     );
     assert.throws(() => createRelay({ store, transport, publishTimeoutMs: 30_000 }), /publishTimeoutMs: 30000 ms does not fit inside the lease/);
-    assert.equal(createRelay({ store, transport }).options.publishTimeoutMs, 18_000);
-    assert.equal(createRelay({ store, transport, leaseTtlMs: 3000 }).options.publishTimeoutMs, 1400);
+    assert.equal(createRelay({ store, transport }).options.publishTimeoutMs, 28_000);
+    assert.equal(createRelay({ store, transport, leaseTtlMs: 3000 }).options.publishTimeoutMs, 2400);
+    assert.equal(createRelay({ store, transport, leaseTtlMs: 500 }).options.publishTimeoutMs, 400);
     assert.equal(createRelay({ store, transport, leaseTtlMs: 60_000, publishTimeoutMs: 30_000 }).options.publishTimeoutMs, 30_000);
   });
 
