@@ -4,6 +4,7 @@ import { keyHash, TypedEmitter } from '../core/emitter.ts';
 import type { StoredEvent } from '../core/envelope.ts';
 import type { Completion, Transport } from '../core/ports.ts';
 import { completeIsolating } from './complete-isolating.ts';
+import { untilAborted } from '../core/abort.ts';
 import { LeaseKeeper, leaseRenewEveryMs, type LeaseChange } from './lease-keeper.ts';
 import { publishBatch } from './publish-batch.ts';
 import { RateWindow } from './rate-window.ts';
@@ -166,8 +167,10 @@ export class Relay extends TypedEmitter<RelayEvents> {
       await sleep(every, undefined, { signal }).catch(() => {});
       if (signal.aborted) break;
       try {
-        await this.#tickLeases();
+        // A renewal that hangs (database unreachable) must not hold up stop() beyond stopTimeoutMs.
+        await untilAborted(this.#tickLeases(), this.#stopNow.signal);
       } catch (err) {
+        if (this.#stopNow.signal.aborted) break;
         this.emit('error', { phase: 'lease', error: err as Error });
       }
     }

@@ -34,6 +34,10 @@ interface Delivery {
 /** Fault injection around the real store: once `cut`, `lease()` never answers (until `heal()`, for teardown). */
 class HangingLeaseStore implements RelayStore {
   cut = false;
+  /** lease() calls now hanging. */
+  get hanging(): number {
+    return this.#hung.length;
+  }
   /** performance.now() when the last lease() that answered was sent. */
   lastLeaseSentAt = 0;
   readonly #hung: (() => void)[] = [];
@@ -190,5 +194,20 @@ describe('relay: lease deadline', () => {
     assert.equal(report.orderViolations, 0);
     assert.ok(log.some((d) => d.relay === 'A') && log.some((d) => d.relay === 'B'), 'both relays delivered');
     assert.ok(transportA.aborted >= 1, 'a slow call of A was in flight at its deadline and was aborted');
+  });
+
+  it('stop() does not wait forever for a lease renewal that hangs: it gives up after stopTimeoutMs', async () => {
+    const store = new HangingLeaseStore(new PostgresRelayStore({ schema: db.schema, connection: db.connection }));
+    const relay = createRelay({ store, transport: new FastTransport([]), leaseTtlMs: 600, pollIntervalMs: 20, stopTimeoutMs: 200 });
+    await relay.start();
+    store.cut = true;
+    await waitFor('a lease renewal hanging', () => store.hanging > 0);
+    try {
+      const outcome = await Promise.race([relay.stop().then(() => 'stopped'), new Promise((r) => setTimeout(r, 15_000, 'still waiting after 15 s'))]);
+      assert.equal(outcome, 'stopped');
+    } finally {
+      store.heal();
+      await relay.stop();
+    }
   });
 });
