@@ -20,6 +20,8 @@ export interface BatchContext {
   /** The local deadline (performance.now() clock) of the bucket's lease under `token`; -Infinity when not held. */
   leaseDeadline(bucket: number, token: string): number;
   onFailure?(event: StoredEvent, completion: Completion & { outcome: 'retry' | 'park' }): void;
+  /** `left` events of the batch stay pending, unsent or unacked, because their lease ended locally. */
+  onLeaseEnded?(left: number): void;
 }
 
 /**
@@ -42,8 +44,11 @@ export async function publishBatch(events: readonly StoredEvent[], ctx: BatchCon
     const wave: StoredEvent[] = [];
     for (const [key, q] of queues) {
       const head = q[0]!;
-      if (!ctx.leaseValid(head.bucket, ctx.tokenOf(head.bucket))) queues.delete(key);
-      else wave.push(head);
+      if (ctx.leaseValid(head.bucket, ctx.tokenOf(head.bucket))) wave.push(head);
+      else {
+        ctx.onLeaseEnded?.(q.length);
+        queues.delete(key);
+      }
     }
     if (wave.length === 0) break;
     const outcomes = await publishWave(wave, ctx);
@@ -62,6 +67,7 @@ export async function publishBatch(events: readonly StoredEvent[], ctx: BatchCon
       if (!ctx.leaseValid(event.bucket, token)) {
         // The lease ended locally during the call (which was aborted at its deadline):
         // not an attempt of this event. It stays pending for whoever holds the bucket next.
+        ctx.onLeaseEnded?.(q.length);
         queues.delete(event.key);
         continue;
       }

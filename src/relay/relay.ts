@@ -26,6 +26,8 @@ export interface RelayEvents {
   };
   retry: { readonly id: string; readonly type: string; readonly keyHash: string; readonly attempts: number; readonly delayMs: number; readonly error: string };
   parked: { readonly id: string; readonly type: string; readonly keyHash: string; readonly attempts: number; readonly error: string };
+  /** Events of a batch left pending, unsent or unacked, because the lease of their bucket ended locally (not renewed in time). */
+  leaseEnded: { readonly lane: number; readonly left: number };
   /** Completions the database refused because this relay's lease had expired or moved. */
   fenced: { readonly lane: number; readonly rejected: number };
   /** Published rows removed by retention. */
@@ -232,6 +234,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       const started = performance.now();
       this.#leases.markBusy(buckets);
       this.#inFlight += events.length;
+      let leftByLease = 0;
       try {
         const completions = await publishBatch(events, {
           routes: this.options.routes,
@@ -242,7 +245,11 @@ export class Relay extends TypedEmitter<RelayEvents> {
           leaseValid: (bucket, token) => this.#leases.isValid(bucket, token),
           leaseDeadline: (bucket, token) => this.#leases.deadlineOf(bucket, token),
           onFailure: (event, c) => this.#reportFailure(event, c),
+          onLeaseEnded: (left) => {
+            leftByLease += left;
+          },
         });
+        if (leftByLease > 0) this.emit('leaseEnded', { lane, left: leftByLease });
         await this.#complete(lane, events, completions, started);
       } finally {
         this.#inFlight -= events.length;
@@ -298,6 +305,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     this.on('leases', (e) => log.info(e, 'txbox relay leases changed'));
     this.on('retry', (e) => log.warn(e, 'txbox relay: publish failed, will retry'));
     this.on('parked', (e) => log.error(e, 'txbox relay: event parked'));
+    this.on('leaseEnded', (e) => log.warn({ relayId, ...e }, 'txbox relay: lease ended locally before the batch was done; events left pending for the next owner'));
     this.on('fenced', (e) => log.warn({ relayId, ...e }, 'txbox relay: lease lost, marks rejected by the fence'));
     this.on('error', (e) => log.error({ relayId, phase: e.phase, err: e.error.message }, 'txbox relay error'));
   }

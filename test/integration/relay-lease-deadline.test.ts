@@ -170,6 +170,10 @@ describe('relay: lease deadline', () => {
       leaseTtlMs: 1500,
       pollIntervalMs: 20,
     });
+    let leftByA = 0;
+    relayA.on('leaseEnded', (e) => {
+      leftByA += e.left;
+    });
     await relayA.start();
     storeA.cut = true; // every later lease renewal of A hangs; its claims and marks still work
     await relayB.start();
@@ -194,6 +198,7 @@ describe('relay: lease deadline', () => {
     assert.equal(report.orderViolations, 0);
     assert.ok(log.some((d) => d.relay === 'A') && log.some((d) => d.relay === 'B'), 'both relays delivered');
     assert.ok(transportA.aborted >= 1, 'a slow call of A was in flight at its deadline and was aborted');
+    assert.ok(leftByA >= 1, 'A reported the events it left pending when its lease ended');
   });
 
   it('stop() does not wait forever for a lease renewal that hangs: it gives up after stopTimeoutMs', async () => {
