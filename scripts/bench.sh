@@ -2,17 +2,18 @@
 # Runs every benchmark in sequence and prints a summary of their figures.
 # Benchmarks print figures; they assert nothing about timings. See docs/performance.md.
 #
-#   npm run bench                        # full size (about 17 minutes on 2 busy cores)
+#   npm run bench                        # full size (about 17 minutes on 2 busy cores, plus about 8 for relay-soak)
 #   BENCH_SMOKE=1 npm run bench          # tiny sizes, a quick check that everything runs
 #   BENCH_ONLY="drain retention" npm run bench
 #   BENCH_ONLY=complete-experiment npm run bench   # not in the default set: an experiment on the relay's complete SQL
+#   BENCH_ONLY=abort-signal-leak npm run bench     # not in the default set: why the relay does not use AbortSignal.any per call
 #
 # Every BENCH_* setting of the benchmarks passes through (BENCH_EVENTS=50000, ...).
 # Needs PostgreSQL at BENCH_DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-ALL="drain producer retention latency http-drain http-latency claim-outage lease-handover"
+ALL="drain producer retention latency http-drain http-latency claim-outage lease-handover relay-soak"
 ONLY="${BENCH_ONLY:-$ALL}"
 
 if [[ "${BENCH_SMOKE:-0}" == "1" ]]; then
@@ -26,6 +27,10 @@ if [[ "${BENCH_SMOKE:-0}" == "1" ]]; then
   export BENCH_OUTAGE_EVENTS="${BENCH_OUTAGE_EVENTS:-20000}"
   export BENCH_PARKED_KEYS="${BENCH_PARKED_KEYS:-500}"
   export BENCH_CLAIMS="${BENCH_CLAIMS:-5}"
+  export BENCH_SOAK_EVENTS="${BENCH_SOAK_EVENTS:-20000}"
+  export BENCH_SOAK_FIRST="${BENCH_SOAK_FIRST:-5000}"
+  export BENCH_SOAK_ROUND="${BENCH_SOAK_ROUND:-5000}"
+  export BENCH_CALLS="${BENCH_CALLS:-20000}"
 fi
 
 out="${BENCH_OUT:-$(mktemp -d -t txbox-bench.XXXXXX)}"

@@ -164,6 +164,10 @@ export interface Transport {
    * at most one event per key in a call, so events of a call may be sent
    * concurrently. Per-event failures are outcomes; the promise rejects only on
    * a programming error. Publishing the same id twice is allowed (at-least-once).
+   * `signal` aborts at the relay's publish timeout, at the local deadline of
+   * the events' bucket leases, or when the relay stops now: from then on start
+   * no further send, and abort sends in flight where the client allows it
+   * (another relay may own those keys by now).
    * Send `payloadText(event)`: the payload's stored JSON text when the event
    * has it, rather than serializing `event.payload` again.
    */

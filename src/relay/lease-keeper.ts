@@ -7,6 +7,25 @@ interface Held {
   readonly deadline: number;
 }
 
+/** How long before its lease's end (by the time the renewal was sent) a relay stops acting on a bucket. */
+export function leaseMarginMs(ttlMs: number): number {
+  return Math.min(2000, Math.floor(ttlMs / 5));
+}
+
+/** How often leases are renewed. */
+export function leaseRenewEveryMs(ttlMs: number): number {
+  return Math.floor(ttlMs / 3);
+}
+
+/**
+ * The longest publish call that fits inside a lease (ttl - margin). A call
+ * runs past that only while renewals keep coming; when they stop, it is
+ * aborted at the lease's local deadline (call-signal.ts).
+ */
+export function maxPublishTimeoutMs(ttlMs: number): number {
+  return ttlMs - leaseMarginMs(ttlMs);
+}
+
 export interface LeaseChange {
   readonly held: number;
   readonly acquired: number;
@@ -47,7 +66,7 @@ export class LeaseKeeper {
   ) {}
 
   get marginMs(): number {
-    return Math.min(2000, Math.floor(this.ttlMs / 5));
+    return leaseMarginMs(this.ttlMs);
   }
 
   /** One heartbeat + rebalance round trip pair. */
@@ -135,6 +154,12 @@ export class LeaseKeeper {
   isValid(bucket: number, token: string): boolean {
     const h = this.#held.get(bucket);
     return h !== undefined && h.token === token && h.deadline > performance.now();
+  }
+
+  /** The local deadline (performance.now() clock) of `bucket`'s lease under `token`; -Infinity when not held. */
+  deadlineOf(bucket: number, token: string): number {
+    const h = this.#held.get(bucket);
+    return h !== undefined && h.token === token ? h.deadline : -Infinity;
   }
 
   markBusy(buckets: Iterable<number>): void {

@@ -5,6 +5,8 @@ import { retryDelay, type ResolvedRetryOptions } from '../core/retry.ts';
 import { publishToRoutes, type ResolvedRoute, type RoutedOutcome } from './routes.ts';
 import { untilAborted } from '../core/abort.ts';
 import type { DestinationBreakers } from './destination-breaker.ts';
+import { CallSignal } from './call-signal.ts';
+import { scrubErrorText } from '../core/error-text.ts';
 
 export interface BatchContext {
   readonly routes: readonly ResolvedRoute[];
@@ -16,9 +18,13 @@ export interface BatchContext {
   tokenOf(bucket: number): string;
   /** False once the relay may no longer act on the bucket (lease lost or about to expire). */
   leaseValid(bucket: number, token: string): boolean;
+  /** The local deadline (performance.now() clock) of the bucket's lease under `token`; -Infinity when not held. */
+  leaseDeadline(bucket: number, token: string): number;
   onFailure?(event: StoredEvent, completion: Completion & { outcome: 'retry' | 'park' }): void;
   /** Per-destination circuit breakers: events of a down destination are deferred, not attempted. Without it, destination-down counts as retriable. */
   readonly breakers?: DestinationBreakers;
+  /** `left` events of the batch stay pending, unsent or unacked, because their lease ended locally. */
+  onLeaseEnded?(left: number): void;
 }
 
 /**
@@ -44,6 +50,7 @@ export async function publishBatch(events: readonly StoredEvent[], ctx: BatchCon
     for (const [key, q] of queues) {
       const head = q[0]!;
       if (!ctx.leaseValid(head.bucket, ctx.tokenOf(head.bucket))) {
+        ctx.onLeaseEnded?.(q.length);
         queues.delete(key);
         continue;
       }
@@ -75,6 +82,14 @@ export async function publishBatch(events: readonly StoredEvent[], ctx: BatchCon
         if (q.length === 0) queues.delete(event.key);
         continue;
       }
+      if (!ctx.leaseValid(event.bucket, token)) {
+        // The lease ended locally during the call (which was aborted at its deadline):
+        // not an attempt of this event. It stays pending for whoever holds the bucket next.
+        if (probes.has(event)) breakers!.probeEnded(event.destination);
+        ctx.onLeaseEnded?.(q.length);
+        queues.delete(event.key);
+        continue;
+      }
       if (breakers && outcome.error!.kind === 'destination-down') {
         const reason = `destination-down: ${outcome.error!.message}`.slice(0, 2000);
         breakers.down(event.destination, reason, probes.has(event));
@@ -97,9 +112,17 @@ async function publishWave(wave: StoredEvent[], ctx: BatchContext): Promise<Rout
   return ctx.signal.aborted ? null : outcomes;
 }
 
-/** One transport call with the publish timeout; failures of the whole call become per-event outcomes. */
+/**
+ * One transport call, aborted at the publish timeout or at the local lease deadline of
+ * its buckets, whichever comes first; failures of the whole call become per-event outcomes.
+ */
 async function callTransport(transport: Transport, events: StoredEvent[], ctx: BatchContext): Promise<PublishOutcome[]> {
-  const signal = AbortSignal.any([ctx.signal, AbortSignal.timeout(ctx.publishTimeoutMs)]);
+  const call = new CallSignal(ctx.signal, ctx.publishTimeoutMs, () => {
+    let deadline = Infinity;
+    for (const e of events) deadline = Math.min(deadline, ctx.leaseDeadline(e.bucket, ctx.tokenOf(e.bucket)));
+    return deadline;
+  });
+  const signal = call.signal;
   try {
     const outcomes = await untilAborted(transport.publish(events, signal), signal);
     if (outcomes.length !== events.length) {
@@ -108,10 +131,14 @@ async function callTransport(transport: Transport, events: StoredEvent[], ctx: B
     return outcomes;
   } catch (err) {
     const error =
-      signal.aborted && !ctx.signal.aborted
+      call.cause === 'timeout'
         ? new TransportError('retriable', `publish timed out after ${ctx.publishTimeoutMs} ms`, { cause: err })
-        : toTransportError(err);
+        : call.cause === 'lease'
+          ? new TransportError('retriable', 'publish aborted: the lease of its bucket ended locally before the ack', { cause: err })
+          : toTransportError(err);
     return events.map(() => ({ ok: false, error }));
+  } finally {
+    call.dispose();
   }
 }
 
@@ -127,12 +154,12 @@ function failureCompletion(
   routesAcked: readonly string[],
 ): Completion & { outcome: 'retry' | 'park' } {
   const attempt = event.attempts + 1;
-  const message = `${error.kind}: ${error.message}`.slice(0, 2000);
+  const message = `${error.kind}: ${error.message}`;
   const base = { seq: event.seq, token, routesAcked };
-  if (error.kind === 'permanent') return { ...base, outcome: 'park', error: message };
+  if (error.kind === 'permanent') return { ...base, outcome: 'park', error: scrubErrorText(message) };
   if (attempt >= retry.maxAttempts) {
-    return { ...base, outcome: 'park', error: `gave up after ${attempt} attempts; last error ${message}` };
+    return { ...base, outcome: 'park', error: scrubErrorText(`gave up after ${attempt} attempts; last error ${message}`) };
   }
-  return { ...base, outcome: 'retry', delayMs: retryDelay(retry, attempt, error.retryAfterMs), error: message };
+  return { ...base, outcome: 'retry', delayMs: retryDelay(retry, attempt, error.retryAfterMs), error: scrubErrorText(message) };
 }
 

@@ -3,6 +3,7 @@ import { ConfigError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import { silentLogger } from '../core/logger.ts';
 import type { RelayStore, Transport } from '../core/ports.ts';
+import { leaseMarginMs, maxPublishTimeoutMs } from './lease-keeper.ts';
 import { resolveRoutes, type ResolvedRoute, type RouteOptions } from './routes.ts';
 import { resolveRetryOptions, type ResolvedRetryOptions, type RetryOptions } from '../core/retry.ts';
 import { uuidv7 } from '../core/uuid.ts';
@@ -50,7 +51,13 @@ export interface RelayOptions {
   readonly circuitBreaker?: CircuitBreakerOptions;
   /** Destinations whose parked events do not hold back later events of the same key. Default: none (a parked event holds its key). */
   readonly skipParkedDestinations?: readonly string[];
-  /** Longest time one publish call may take before its events count as timed out (retriable). Default: 30000 ms. */
+  /**
+   * Longest time one publish call may take before its events count as timed out (retriable).
+   * It must fit inside a lease: at most `leaseTtlMs - margin` (margin: a fifth of the TTL, at
+   * most 2000 ms), 28000 ms with the default `leaseTtlMs`. Whatever it is, a call is aborted at
+   * the lease's local deadline when renewals stop coming. Default: 30000 ms or that limit,
+   * whichever is lower.
+   */
   readonly publishTimeoutMs?: number;
   /** How long `stop()` lets in-flight batches finish before aborting them. Default: 10000 ms. */
   readonly stopTimeoutMs?: number;
@@ -155,7 +162,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     retry: resolveRetryOptions(options.retry),
     circuitBreaker: resolveCircuitBreaker(options.circuitBreaker),
     skipParkedDestinations: Object.freeze([...skip]),
-    publishTimeoutMs: int('publishTimeoutMs', options.publishTimeoutMs, 30_000, 1, 3_600_000),
+    publishTimeoutMs: publishTimeout(options.publishTimeoutMs, leaseTtlMs),
     stopTimeoutMs: int('stopTimeoutMs', options.stopTimeoutMs, 10_000, 0, 3_600_000),
     retention: resolveRetention(options.retention),
     logger: options.logger ?? silentLogger,
@@ -171,6 +178,21 @@ function resolveCircuitBreaker(c: CircuitBreakerOptions | undefined): ResolvedCi
   const maxDelayMs = int('circuitBreaker.maxDelayMs', c?.maxDelayMs, Math.max(60_000, baseDelayMs), 1, 86_400_000);
   if (maxDelayMs < baseDelayMs) throw new ConfigError('circuitBreaker.maxDelayMs', `must be >= circuitBreaker.baseDelayMs (${baseDelayMs})`);
   return Object.freeze({ baseDelayMs, maxDelayMs });
+}
+
+/** The publish timeout, checked to fit inside a lease (a send must not outlive the relay's right to send). */
+function publishTimeout(value: number | undefined, leaseTtlMs: number): number {
+  const max = maxPublishTimeoutMs(leaseTtlMs);
+  const ms = int('publishTimeoutMs', value, Math.min(30_000, max), 1, 3_600_000);
+  if (ms <= max) return ms;
+  let ttl = leaseTtlMs;
+  while (maxPublishTimeoutMs(ttl) < ms) ttl += 100;
+  throw new ConfigError(
+    'publishTimeoutMs',
+    `${ms} ms does not fit inside the lease: with leaseTtlMs ${leaseTtlMs} a publish call may last at most ${max} ms ` +
+      `(leaseTtlMs - ${leaseMarginMs(leaseTtlMs)} ms margin, so that a call started on a fresh lease can end before it). ` +
+      `Set publishTimeoutMs to ${max} or less, or leaseTtlMs to ${ttl} or more`,
+  );
 }
 
 function resolveRetention(r: RetentionOptions | false | undefined): ResolvedRetentionOptions | false {

@@ -1,9 +1,12 @@
 import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { keyHash, TypedEmitter } from '../core/emitter.ts';
-import type { Completion } from '../core/ports.ts';
+import type { StoredEvent } from '../core/envelope.ts';
+import type { Completion, Transport } from '../core/ports.ts';
 import { DestinationBreakers, type CircuitChange } from './destination-breaker.ts';
-import { LeaseKeeper, type LeaseChange } from './lease-keeper.ts';
+import { completeIsolating } from './complete-isolating.ts';
+import { untilAborted } from '../core/abort.ts';
+import { LeaseKeeper, leaseRenewEveryMs, type LeaseChange } from './lease-keeper.ts';
 import { publishBatch } from './publish-batch.ts';
 import { RelayLog } from './relay-log.ts';
 import { RateWindow } from './rate-window.ts';
@@ -26,6 +29,8 @@ export interface RelayEvents {
   };
   retry: { readonly id: string; readonly type: string; readonly keyHash: string; readonly attempts: number; readonly delayMs: number; readonly error: string };
   parked: { readonly id: string; readonly type: string; readonly keyHash: string; readonly attempts: number; readonly error: string };
+  /** Events of a batch left pending, unsent or unacked, because the lease of their bucket ended locally (not renewed in time). */
+  leaseEnded: { readonly lane: number; readonly left: number };
   /** Completions the database refused because this relay's lease had expired or moved. */
   fenced: { readonly lane: number; readonly rejected: number };
   /** Published rows removed by retention. */
@@ -90,14 +95,32 @@ export class Relay extends TypedEmitter<RelayEvents> {
     return this.#leases.size;
   }
 
-  /** Connects the transport, takes the first leases and starts the claim loops. Resolves once running. */
+  /**
+   * Connects the transport, takes the first leases and starts the claim loops. Resolves once running.
+   * If a transport's start or the first lease tick fails, the transports it opened are closed, the
+   * relay is idle again and start() rejects; it can be called again.
+   */
   async start(): Promise<void> {
     if (this.#state !== 'idle') throw new Error(`relay is ${this.#state}; create a new relay to start again`);
     this.#state = 'running';
     this.#stopClaiming = new AbortController();
     this.#stopNow = new AbortController();
-    for (const r of this.options.routes) await r.transport.start?.(this.#stopNow.signal);
-    await this.#tickLeases();
+    const opened: Transport[] = [];
+    try {
+      for (const r of this.options.routes) {
+        opened.push(r.transport);
+        await r.transport.start?.(this.#stopNow.signal);
+      }
+      await this.#tickLeases();
+    } catch (err) {
+      // Back to idle with nothing left open, so that start() can be called again.
+      this.#stopNow.abort();
+      await this.#leases.leave().catch(() => {});
+      await Promise.all(opened.map((t) => t.close().catch(() => {})));
+      await this.options.store.close().catch(() => {});
+      this.#state = 'idle';
+      throw err;
+    }
     this.#loops = [this.#leaseLoop(), this.#retentionLoop()];
     for (let lane = 0; lane < this.options.lanes; lane++) this.#loops.push(this.#laneLoop(lane));
     this.#log.start();
@@ -167,13 +190,15 @@ export class Relay extends TypedEmitter<RelayEvents> {
 
   async #leaseLoop(): Promise<void> {
     const signal = this.#stopClaiming.signal;
-    const every = Math.floor(this.options.leaseTtlMs / 3);
+    const every = leaseRenewEveryMs(this.options.leaseTtlMs);
     while (!signal.aborted) {
       await sleep(this.#leases.nextTickDelayMs(every), undefined, { signal }).catch(() => {});
       if (signal.aborted) break;
       try {
-        await this.#tickLeases();
+        // A renewal that hangs (database unreachable) must not hold up stop() beyond stopTimeoutMs.
+        await untilAborted(this.#tickLeases(), this.#stopNow.signal);
       } catch (err) {
+        if (this.#stopNow.signal.aborted) break;
         this.emit('error', { phase: 'lease', error: err as Error });
       }
     }
@@ -235,6 +260,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       const started = performance.now();
       this.#leases.markBusy(buckets);
       this.#inFlight += events.length;
+      let leftByLease = 0;
       try {
         const completions = await publishBatch(events, {
           routes: this.options.routes,
@@ -243,10 +269,15 @@ export class Relay extends TypedEmitter<RelayEvents> {
           signal: this.#stopNow.signal,
           tokenOf: (bucket) => tokens.get(bucket)!,
           leaseValid: (bucket, token) => this.#leases.isValid(bucket, token),
+          leaseDeadline: (bucket, token) => this.#leases.deadlineOf(bucket, token),
           onFailure: (event, c) => this.#reportFailure(event, c),
           breakers: this.#breakers,
+          onLeaseEnded: (left) => {
+            leftByLease += left;
+          },
         });
-        await this.#complete(lane, events.length, completions, started);
+        if (leftByLease > 0) this.emit('leaseEnded', { lane, left: leftByLease });
+        await this.#complete(lane, events, completions, started);
       } finally {
         this.#inFlight -= events.length;
         this.#leases.markIdle(buckets);
@@ -254,35 +285,37 @@ export class Relay extends TypedEmitter<RelayEvents> {
     }
   }
 
-  async #complete(lane: number, claimed: number, completions: Completion[], started: number): Promise<void> {
-    let attempt = 0;
-    for (;;) {
-      if (this.#crashed) return;
-      try {
-        const { applied, rejected } = await this.options.store.complete(this.relayId, completions);
-        const published = completions.filter((c) => c.outcome === 'published').length;
-        this.#publishedTotal += published;
-        this.#rate.add(published);
-        if (rejected > 0) this.emit('fenced', { lane, rejected });
-        this.emit('batch', {
-          lane,
-          claimed,
-          published,
-          retried: completions.filter((c) => c.outcome === 'retry').length,
-          parked: completions.filter((c) => c.outcome === 'park').length,
-          rejected,
-          durationMs: performance.now() - started,
-        });
-        void applied;
-        return;
-      } catch (err) {
-        this.emit('error', { phase: 'complete', error: err as Error });
-        // The events were acked; if marking keeps failing they stay pending and are
-        // published again after the lease moves on (at-least-once, never lost).
-        if (++attempt >= 5 || this.#stopNow.signal.aborted) return;
-        await sleep(200 * 2 ** attempt, undefined, { signal: this.#stopNow.signal }).catch(() => {});
+  async #complete(lane: number, events: readonly StoredEvent[], completions: Completion[], started: number): Promise<void> {
+    if (this.#crashed) return;
+    // Transient failures are retried, then left pending (published again: at-least-once); a completion
+    // the store refuses deterministically is isolated by bisection and parked (complete-isolating.ts).
+    const result = await completeIsolating(completions, {
+      store: this.options.store,
+      relayId: this.relayId,
+      signal: this.#stopNow.signal,
+      onError: (error) => this.emit('error', { phase: 'complete', error }),
+    });
+    if (result.isolated.length > 0) {
+      const bySeq = new Map(events.map((e) => [e.seq, e]));
+      for (const c of result.isolated) {
+        const event = bySeq.get(c.seq);
+        if (event) this.#reportFailure(event, c);
       }
     }
+    if (result.completed.length === 0) return;
+    const published = result.completed.filter((c) => c.outcome === 'published').length;
+    this.#publishedTotal += published;
+    this.#rate.add(published);
+    if (result.rejected > 0) this.emit('fenced', { lane, rejected: result.rejected });
+    this.emit('batch', {
+      lane,
+      claimed: events.length,
+      published,
+      retried: result.completed.filter((c) => c.outcome === 'retry').length,
+      parked: result.completed.filter((c) => c.outcome === 'park').length,
+      rejected: result.rejected,
+      durationMs: performance.now() - started,
+    });
   }
 
   #reportFailure(event: { id: string; type: string; key: string; attempts: number }, c: Completion & { outcome: 'retry' | 'park' }): void {

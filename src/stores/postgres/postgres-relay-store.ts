@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import { ConfigError } from '../../core/errors.ts';
 import type { StoredEvent } from '../../core/envelope.ts';
+import { scrubErrorText } from '../../core/error-text.ts';
 import type { BucketLease, ClaimOptions, Completion, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
 import { pruneOnce } from './postgres-admin.ts';
 import type { PostgresConnection } from './postgres-connection.ts';
@@ -210,7 +211,7 @@ export class PostgresRelayStore implements RelayStore {
       tokens.push(c.token);
       outcomes.push(OUTCOME_CODE[c.outcome]);
       delays.push(c.outcome === 'retry' || c.outcome === 'defer' ? Math.min(c.delayMs, 2 ** 31 - 1) : 0);
-      errors.push(c.outcome === 'published' ? null : c.error.slice(0, 2000));
+      errors.push(c.outcome === 'published' ? null : scrubErrorText(c.error));
       routes.push(c.outcome === 'published' ? '' : (c.routesAcked ?? []).join(','));
     }
     const params = [relayId, seqs, tokens, outcomes, delays, errors, routes];

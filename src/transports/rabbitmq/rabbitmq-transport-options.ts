@@ -72,7 +72,7 @@ export interface RabbitMqTransportOptions {
   /**
    * Longest wait for the publisher confirms of one `publish()` call, in ms;
    * events still unconfirmed then count as retriable (they may still arrive:
-   * at-least-once). Keep it below the relay's `publishTimeoutMs` (30000).
+   * at-least-once). Keep it below the relay's `publishTimeoutMs` (28000 with the default `leaseTtlMs`).
    * Default: 15000.
    */
   readonly confirmTimeoutMs?: number;
