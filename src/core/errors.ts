@@ -44,10 +44,12 @@ export class InvalidEventError extends TxboxError {
 export class PayloadTooLargeError extends InvalidEventError {
   readonly bytes: number;
   readonly limit: number;
-  constructor(field: string, bytes: number, limit: number) {
+  constructor(field: string, bytes: number, limit: number, what: 'payload' | 'headers' = 'payload') {
     super(
       field,
-      `serialized payload is ${bytes} bytes, over the limit of ${limit} bytes; store large data elsewhere and put a reference in the event, or raise maxPayloadBytes`,
+      what === 'payload'
+        ? `serialized payload is ${bytes} bytes, over the limit of ${limit} bytes; store large data elsewhere and put a reference in the event, or raise maxPayloadBytes`
+        : `the payload and headers together are ${bytes} bytes, over the limit of ${limit} bytes (headers count toward maxPayloadBytes); keep headers small (trace ids, content type) and put data in the payload, or raise maxPayloadBytes`,
       { code: 'TXBOX_PAYLOAD_TOO_LARGE' },
     );
     this.bytes = bytes;

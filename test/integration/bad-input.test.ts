@@ -114,6 +114,61 @@ for (const kind of BACKENDS) {
         event: () => OrderCreated({ aggregateId: 1, payload: {}, headers: { traceparent: 5 as unknown as string } }),
         check: (e) => e instanceof InvalidEventError && e.field === 'event.headers.traceparent',
       },
+      {
+        name: 'a header value with a NUL character',
+        event: () => OrderCreated({ aggregateId: 1, payload: {}, headers: { traceparent: 'a\u0000b' } }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.headers.traceparent' && /NUL/.test(e.message),
+      },
+      {
+        name: 'a header name with a NUL character',
+        event: () => OrderCreated({ aggregateId: 1, payload: {}, headers: { 'trace\u0000parent': 'x' } }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.headers' && /name/.test(e.message),
+      },
+      {
+        name: 'an empty header name',
+        event: () => OrderCreated({ aggregateId: 1, payload: {}, headers: { '': 'x' } }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.headers' && /empty/.test(e.message),
+      },
+      {
+        name: 'a header name with a space',
+        event: () => OrderCreated({ aggregateId: 1, payload: {}, headers: { 'trace parent': 'x' } }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.headers' && /visible ASCII/.test(e.message),
+      },
+      {
+        name: 'a header value with a lone surrogate',
+        event: () => OrderCreated({ aggregateId: 1, payload: {}, headers: { note: 'a\ud800b' } }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.headers.note' && /surrogate/.test(e.message),
+      },
+      {
+        name: 'a header value with a line break',
+        event: () => OrderCreated({ aggregateId: 1, payload: {}, headers: { note: 'a\r\nX-Evil: 1' } }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.headers.note' && /control character/.test(e.message),
+      },
+      {
+        name: 'a 5 MB header (headers count toward maxPayloadBytes)',
+        event: () => OrderCreated({ aggregateId: 1, payload: { small: true }, headers: { big: 'x'.repeat(5 * 1024 * 1024) } }),
+        check: (e) => e instanceof PayloadTooLargeError && e.field === 'event.headers' && e.limit === 1048576 && /headers/.test(e.message),
+      },
+      {
+        name: 'more than 100 headers',
+        event: () => OrderCreated({ aggregateId: 1, payload: {}, headers: Object.fromEntries(Array.from({ length: 101 }, (_, i) => [`h${i}`, 'v'])) }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.headers' && /100/.test(e.message),
+      },
+      {
+        name: 'a type with a lone surrogate',
+        event: () => ({ type: 'Order\udc00Created', aggregateType: 'Order', aggregateId: '1', destination: 'orders', payload: {} }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.type' && /surrogate/.test(e.message),
+      },
+      {
+        name: 'a key with a NUL character',
+        event: () => OrderCreated({ aggregateId: 1, payload: {}, key: 'k\u0000' }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.key' && /NUL/.test(e.message),
+      },
+      {
+        name: 'a payload string with a lone surrogate',
+        event: () => OrderCreated({ aggregateId: 1, payload: { note: 'a\ud800' } }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.payload.note' && /surrogate/.test(e.message),
+      },
     ];
 
     for (const c of cases) {
