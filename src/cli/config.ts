@@ -5,6 +5,7 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { CliError } from './cli-error.ts';
+import { parseDuration } from '../core/duration.ts';
 
 export interface TransportConfig {
   readonly type: string;
@@ -30,8 +31,8 @@ export interface CliConfig {
     readonly maxAttempts?: number;
     readonly skipParkedDestinations?: readonly string[];
     readonly deleteOnPublish?: boolean;
-    /** Keep published rows this long ("90s", "15m", "24h", "7d"); "off" disables retention. */
-    readonly keepPublished?: string;
+    /** Keep published rows this long, in milliseconds, from "90s", "15m", "24h", "7d"; false for "off" (no retention). */
+    readonly keepPublishedMs?: number | false;
   };
   readonly transport: TransportConfig | undefined;
   readonly logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
@@ -130,6 +131,14 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
     };
   }
 
+  /** A duration setting through the one parser, named as the user gave it: `--flag 7`, `NAME=7`, or the file's field. */
+  const durationOrOff = (field: string, value: string | undefined): number | false | undefined => {
+    if (value === undefined) return undefined;
+    if (value.trim() === 'off') return false;
+    const source = sources[field] ?? field;
+    return parseDuration(value, source.includes('(') ? `${source.replace(/ \(.*\)$/, '')} relay.${field}` : source);
+  };
+
   const logLevel = pick('logLevel', 'log-level', ENV.logLevel, file.logLevel) ?? 'info';
   if (!['debug', 'info', 'warn', 'error', 'silent'].includes(logLevel)) {
     throw new CliError(`${sources.logLevel}: logLevel must be one of debug, info, warn, error, silent`);
@@ -144,7 +153,7 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
     maxAttempts: intField('maxAttempts', 'max-attempts', ENV.maxAttempts, fileRelay.maxAttempts),
     skipParkedDestinations: skip === undefined ? undefined : parseList(skip, sources.skipParkedDestinations ?? 'skipParkedDestinations'),
     deleteOnPublish,
-    keepPublished: pick('keepPublished', 'keep-published', ENV.keepPublished, fileRelay.keepPublished),
+    keepPublishedMs: durationOrOff('keepPublished', pick('keepPublished', 'keep-published', ENV.keepPublished, fileRelay.keepPublished)),
   });
   return {
     databaseUrl: pick('databaseUrl', 'database-url', ENV.databaseUrl, file.databaseUrl),
@@ -200,12 +209,4 @@ function str(v: unknown): string | undefined {
 
 function clean<T extends object>(o: T): { [K in keyof T]: Exclude<T[K], undefined> } {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as never;
-}
-
-/** Parses "500ms", "90s", "15m", "24h", "7d" (or plain milliseconds) to milliseconds. */
-export function parseDuration(text: string, field: string): number {
-  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(text.trim());
-  if (!m) throw new CliError(`${field}: ${JSON.stringify(text)} is not a duration; use e.g. 500ms, 90s, 15m, 24h or 7d`);
-  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }[(m[2] ?? 'ms') as 'ms'];
-  return Math.round(Number(m[1]) * unit);
 }

@@ -25,8 +25,9 @@ export class TxboxError extends Error {
 /** Invalid options or configuration. `field` names the setting to fix. */
 export class ConfigError extends TxboxError {
   readonly field: string;
-  constructor(field: string, message: string, options?: { cause?: unknown }) {
-    super('TXBOX_CONFIG', `${field}: ${message}`, options);
+  /** `shown` replaces `field` at the head of the message, e.g. `--older-than 7` for the flag with its value. */
+  constructor(field: string, message: string, options?: { cause?: unknown; shown?: string }) {
+    super('TXBOX_CONFIG', `${options?.shown ?? field}: ${message}`, options);
     this.field = field;
   }
 }

@@ -13,7 +13,7 @@ export function checkIdentifier(field: string, value: unknown, maxLength = 63): 
   if (typeof value !== 'string' || !IDENTIFIER_RE.test(value) || value.length > maxLength) {
     throw new ConfigError(
       field,
-      `${JSON.stringify(value)} is not a valid name; use letters, digits and underscores, starting with a letter or underscore, at most ${maxLength} characters (pattern ^[A-Za-z_][A-Za-z0-9_]{0,62}$)`,
+      `${JSON.stringify(value)} is not a valid name; use letters, digits and underscores, starting with a letter or underscore, at most ${maxLength} characters${typeof value === 'string' && value.length > maxLength ? ` (this one has ${value.length})` : ''}; e.g. "txbox" or "order_events"`,
     );
   }
   return value;

@@ -1,6 +1,7 @@
 import type { Command } from '../command.ts';
 import { CliError, EXIT } from '../cli-error.ts';
 import { Progress, fmt } from '../progress.ts';
+import { parseDuration } from '../../core/duration.ts';
 import { runDemo, type DemoReport } from '../demo/demo-run.ts';
 import { HttpDemoSink } from '../demo/http-sink.ts';
 import type { DemoSink } from '../demo/demo-sink.ts';
@@ -17,7 +18,7 @@ const SINKS: Record<string, (url: string | undefined) => Promise<DemoSink>> = {
 export const demoCommand: Command = {
   name: 'demo',
   summary: 'run an order service, the relay and a receiver, and verify: nothing lost, nothing phantom, per-key order kept',
-  help: `Usage: txbox demo [--events N] [--writers N] [--crash-relay-every MS] [--database-url URL]
+  help: `Usage: txbox demo [--events N] [--writers N] [--crash-relay-every DURATION] [--database-url URL]
 
 Needs no service: an order service on embedded PGlite writes orders and
 payments with concurrent writers (about 10% of transactions roll back), a
@@ -32,7 +33,7 @@ Options:
   --events N               events to commit (default 5000)
   --writers N              concurrent writers (default 8)
   --rollback-rate R        share of transactions rolled back (default 0.1)
-  --crash-relay-every MS   abort the relay this often, as a crash would, and start a new one
+  --crash-relay-every DUR  abort the relay this often (e.g. 300ms, 2s), as a crash would, and start a new one
   --database-url URL       run the same demo on PostgreSQL (a temporary schema, dropped after)
   --transport TYPE         where the relay publishes: http (default, in-process receiver),
                            kafka, rabbitmq, nats or redis (a real broker, read back to verify)
@@ -64,7 +65,7 @@ Options:
       events: int('events', 5000, 1),
       writers: int('writers', 8, 1),
       rollbackRate,
-      crashEveryMs: int('crash-relay-every', 0, 0),
+      crashEveryMs: typeof flags['crash-relay-every'] === 'string' ? parseDuration(flags['crash-relay-every'], '--crash-relay-every') : 0,
       databaseUrl: config.databaseUrl,
       sink,
       onProgress: (line) => progress.update(line),

@@ -3,7 +3,7 @@ import { CliError } from '../cli-error.ts';
 import type { Command } from '../command.ts';
 import { openDatabase } from '../database.ts';
 import { fmt } from '../progress.ts';
-import { parseDuration } from '../config.ts';
+import { parseDuration } from '../../core/duration.ts';
 import { isUuid } from '../../core/uuid.ts';
 import { PostgresInboxAdmin } from '../../stores/postgres/postgres-inbox-admin.ts';
 import { assertMigrated, postgresInboxMigrations } from '../../stores/postgres/postgres-migrations.ts';
@@ -27,6 +27,7 @@ prune    deletes processed rows older than DURATION: keep them longer than any
 
 Options:
   --inbox-table NAME   inbox table (default inbox), in --schema`,
+  positionals: ['ACTION', 'SUBACTION'],
   options: {
     'inbox-table': { type: 'string' },
     print: { type: 'boolean' },
@@ -50,6 +51,8 @@ Options:
     }
     if (!action || !['migrate', 'status', 'dead', 'prune'].includes(action)) throw new CliError('inbox: choose migrate, status, dead or prune (see txbox inbox --help)');
     if (action === 'dead' && !['list', 'retry', 'discard'].includes(sub ?? '')) throw new CliError('inbox dead: choose list, retry or discard');
+    if (action === 'prune' && typeof flags['older-than'] !== 'string') throw new CliError('inbox prune: --older-than is required (e.g. --older-than 7d)');
+    const olderThanMs = action === 'prune' ? parseDuration(flags['older-than'] as string, '--older-than') : 0;
     const db = await openDatabase(inboxConfig, logger, false);
     try {
       if (action === 'migrate') {
@@ -74,8 +77,7 @@ Options:
         return 0;
       }
       if (action === 'prune') {
-        if (typeof flags['older-than'] !== 'string') throw new CliError('inbox prune: --older-than is required (e.g. 7d)');
-        out(`deleted ${fmt(await admin.prune(parseDuration(flags['older-than'], '--older-than')))} processed row(s)`);
+        out(`deleted ${fmt(await admin.prune(olderThanMs))} processed row(s)`);
         return 0;
       }
       const consumer = typeof flags.consumer === 'string' ? flags.consumer : undefined;

@@ -17,6 +17,7 @@ retry    makes the events pending again with a fresh attempt count
 skip     marks them skipped: never published, no longer holding their key
 discard  deletes them
 Every change is written to the audit table with the actor (default: OS user).`,
+  positionals: ['ACTION'],
   options: {
     destination: { type: 'string' },
     limit: { type: 'string' },

@@ -1,6 +1,6 @@
 import type { Command } from '../command.ts';
 import { openDatabase } from '../database.ts';
-import { parseDuration } from '../config.ts';
+import { parseDuration } from '../../core/duration.ts';
 import { Progress, fmt } from '../progress.ts';
 import { CliError } from '../cli-error.ts';
 import { PostgresAdmin } from '../../stores/postgres/postgres-admin.ts';

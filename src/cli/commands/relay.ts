@@ -1,11 +1,13 @@
 import type { Command } from '../command.ts';
 import { openDatabase } from '../database.ts';
 import { createTransport } from '../transports.ts';
-import { parseDuration } from '../config.ts';
-import { CliError } from '../cli-error.ts';
+import { CliError, configMessage } from '../cli-error.ts';
 import { ConfigError } from '../../core/errors.ts';
 import { createRelay } from '../../relay/relay.ts';
 import { PostgresRelayStore } from '../../stores/postgres/postgres-relay-store.ts';
+
+/** `--keep-published` when not given: 24h. */
+const DEFAULT_KEEP_PUBLISHED_MS = 24 * 3_600_000;
 
 export const relayCommand: Command = {
   name: 'relay',
@@ -51,7 +53,6 @@ Options:
     const transport = await createTransport(config.transport, logger);
     const db = await openDatabase(config, logger);
     const r = config.relay;
-    const keep = r.keepPublished ?? '24h';
     let relay;
     try {
       relay = createRelay({
@@ -65,11 +66,11 @@ Options:
         ...(r.pollIntervalMs !== undefined ? { pollIntervalMs: r.pollIntervalMs } : {}),
         ...(r.maxAttempts !== undefined ? { retry: { maxAttempts: r.maxAttempts } } : {}),
         ...(r.skipParkedDestinations ? { skipParkedDestinations: r.skipParkedDestinations } : {}),
-        retention: r.deleteOnPublish || keep === 'off' ? false : { keepPublishedMs: parseDuration(keep, 'keepPublished') },
+        retention: r.deleteOnPublish || r.keepPublishedMs === false ? false : { keepPublishedMs: r.keepPublishedMs ?? DEFAULT_KEEP_PUBLISHED_MS },
       });
     } catch (err) {
       await db.connection.close();
-      if (err instanceof ConfigError) throw new CliError(`${config.sources[err.field] ?? err.field}: ${err.message}`);
+      if (err instanceof ConfigError) throw new CliError(configMessage(err, config.sources));
       throw err;
     }
     try {
