@@ -2,6 +2,7 @@ import type { Command } from '../command.ts';
 import { CliError, EXIT } from '../cli-error.ts';
 import { Progress, fmt } from '../progress.ts';
 import { parseDuration } from '../../core/duration.ts';
+import { importOptional } from '../optional-import.ts';
 import { runDemo, type DemoReport } from '../demo/demo-run.ts';
 import { HttpDemoSink } from '../demo/http-sink.ts';
 import type { DemoSink } from '../demo/demo-sink.ts';
@@ -9,10 +10,10 @@ import type { DemoSink } from '../demo/demo-sink.ts';
 /** Where the demo publishes; broker sinks take the broker address from --transport-url or TXBOX_TRANSPORT_URL. */
 const SINKS: Record<string, (url: string | undefined) => Promise<DemoSink>> = {
   http: async () => new HttpDemoSink(),
-  kafka: async (url) => new (await import('../demo/kafka-sink.ts')).KafkaDemoSink(url ? { brokers: url } : {}),
-  nats: async (url) => new (await import('../demo/nats-sink.ts')).NatsDemoSink(url ? { servers: url } : {}),
-  rabbitmq: async (url) => new (await import('../demo/rabbitmq-sink.ts')).RabbitMqDemoSink(url),
-  redis: async (url) => new (await import('../demo/redis-sink.ts')).RedisDemoSink(url ?? 'redis://127.0.0.1:6379'),
+  kafka: async (url) => new (await importOptional('the kafka demo', () => import('../demo/kafka-sink.ts'))).KafkaDemoSink(url ? { brokers: url } : {}),
+  nats: async (url) => new (await importOptional('the nats demo', () => import('../demo/nats-sink.ts'))).NatsDemoSink(url ? { servers: url } : {}),
+  rabbitmq: async (url) => new (await importOptional('the rabbitmq demo', () => import('../demo/rabbitmq-sink.ts'))).RabbitMqDemoSink(url),
+  redis: async (url) => new (await importOptional('the redis demo', () => import('../demo/redis-sink.ts'))).RedisDemoSink(url ?? 'redis://127.0.0.1:6379'),
 };
 
 export const demoCommand: Command = {
