@@ -11,7 +11,8 @@ export type TxboxErrorCode =
   | 'TXBOX_UNKNOWN_DESTINATION'
   | 'TXBOX_TRANSPORT'
   | 'TXBOX_SCHEMA'
-  | 'TXBOX_ABORTED';
+  | 'TXBOX_ABORTED'
+  | 'TXBOX_NOT_IN_TRANSACTION';
 
 export class TxboxError extends Error {
   readonly code: TxboxErrorCode;
@@ -94,6 +95,18 @@ export class TransportError extends TxboxError {
   }
   get retriable(): boolean {
     return this.kind === 'retriable';
+  }
+}
+
+/**
+ * `enqueue` was given something that is not an open transaction (a pool, a
+ * client before BEGIN, a database object). Thrown before any SQL is sent.
+ * Create the outbox with `allowAutocommit: true` to write outside a transaction on purpose.
+ */
+export class NotInTransactionError extends TxboxError {
+  readonly field = 'tx';
+  constructor(message: string) {
+    super('TXBOX_NOT_IN_TRANSACTION', `tx: ${message}`);
   }
 }
 

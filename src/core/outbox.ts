@@ -1,5 +1,6 @@
 import { defaultKey } from './envelope.ts';
-import { ConfigError, InvalidEventError, PayloadTooLargeError, UnknownDestinationError } from './errors.ts';
+import { ConfigError, InvalidEventError, NotInTransactionError, PayloadTooLargeError, UnknownDestinationError } from './errors.ts';
+import { notInTransaction } from './executors.ts';
 import type { EventDefinition, NewEvent } from './events.ts';
 import { LONE_SURROGATE, LONE_SURROGATE_MESSAGE, serializePayload } from './json.ts';
 import type { OutboxStore, PreparedEvent, SqlExecutor } from './ports.ts';
@@ -19,6 +20,13 @@ export interface OutboxOptions {
   readonly maxPayloadBytes?: number;
   /** Largest number of events in one `enqueue` call. Default: 10000. */
   readonly maxBatch?: number;
+  /**
+   * Lets `enqueue` write outside a transaction (a pg Pool, a client before
+   * BEGIN, a PGlite, Kysely, Knex or Drizzle database object): each event then
+   * commits on its own, whatever happens to your business change. Default:
+   * false, and such an `enqueue` throws NotInTransactionError before any SQL.
+   */
+  readonly allowAutocommit?: boolean;
 }
 
 export interface ResolvedOutboxOptions {
@@ -26,6 +34,7 @@ export interface ResolvedOutboxOptions {
   readonly destinations: ReadonlySet<string>;
   readonly maxPayloadBytes: number;
   readonly maxBatch: number;
+  readonly allowAutocommit: boolean;
 }
 
 const ONE_MIB = 1024 * 1024;
@@ -43,7 +52,9 @@ export function resolveOutboxOptions(options: OutboxOptions): ResolvedOutboxOpti
   }
   const maxPayloadBytes = positiveInt('maxPayloadBytes', options.maxPayloadBytes, ONE_MIB);
   const maxBatch = positiveInt('maxBatch', options.maxBatch, 10_000);
-  return Object.freeze({ store, destinations, maxPayloadBytes, maxBatch });
+  const allowAutocommit = options.allowAutocommit ?? false;
+  if (typeof allowAutocommit !== 'boolean') throw new ConfigError('allowAutocommit', `must be true or false, got ${String(allowAutocommit)}`);
+  return Object.freeze({ store, destinations, maxPayloadBytes, maxBatch, allowAutocommit });
 }
 
 function positiveInt(field: string, value: number | undefined, fallback: number): number {
@@ -79,6 +90,10 @@ export function createOutbox(options: OutboxOptions): Outbox {
     async enqueue(tx, events) {
       if (!tx || typeof tx.query !== 'function') {
         throw new InvalidEventError('tx', "is not a transaction: pass the caller's client or transaction object (anything with query(text, params))");
+      }
+      if (!resolved.allowAutocommit) {
+        const problem = notInTransaction(tx);
+        if (problem !== undefined) throw new NotInTransactionError(`${problem}; or create the outbox with allowAutocommit: true to write outside a transaction on purpose`);
       }
       const list: readonly NewEvent<any, string>[] = Array.isArray(events) ? events : [events as NewEvent<any, string>];
       if (list.length === 0) return [];
