@@ -103,8 +103,12 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
     const v = pick(field, flag, envName, fromFile);
     if (v === undefined) return undefined;
     const n = Number(v);
-    if (!Number.isSafeInteger(n) || n < 0) throw new CliError(`${sources[field]}: ${field} must be a non-negative integer, got ${JSON.stringify(v)}`);
-    return n;
+    if (Number.isSafeInteger(n) && n >= 0 && v.trim() !== '') return n;
+    const source = sources[field]!;
+    const shown = source.startsWith('--') ? `${source} ${v}` : source.startsWith('TXBOX_') ? `${source}=${v}` : `${source} ${JSON.stringify(v)}`;
+    const example = `${source.startsWith('--') ? `${source} ` : source.startsWith('TXBOX_') ? `${source}=` : ''}${EXAMPLE_INTS[field] ?? 10}`;
+    if (field.endsWith('Ms')) throw new CliError(`${shown}: give milliseconds as a whole number (the name says the unit), e.g. ${example}`);
+    throw new CliError(`${shown}: must be a whole number >= 0, e.g. ${example}`);
   };
 
   const transportType = pick('transport', 'transport', ENV.transport, fileTransport?.type);
@@ -141,7 +145,9 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
 
   const logLevel = pick('logLevel', 'log-level', ENV.logLevel, file.logLevel) ?? 'info';
   if (!['debug', 'info', 'warn', 'error', 'silent'].includes(logLevel)) {
-    throw new CliError(`${sources.logLevel}: logLevel must be one of debug, info, warn, error, silent`);
+    const source = sources.logLevel!;
+    const shown = source.startsWith('--') ? `${source} ${logLevel}` : source.startsWith('TXBOX_') ? `${source}=${logLevel}` : `${source} ${JSON.stringify(logLevel)}`;
+    throw new CliError(`${shown}: choose debug, info, warn, error or silent`);
   }
   const skip = pick('skipParkedDestinations', 'skip-parked', undefined, fileRelay.skipParkedDestinations);
   const deleteOnPublish = flags['delete-on-publish'] === true || fileRelay.deleteOnPublish === true;
@@ -165,6 +171,9 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
     sources,
   };
 }
+
+/** Example values in the messages for bad whole-number settings: the defaults. */
+const EXAMPLE_INTS: Record<string, number> = { batchSize: 500, lanes: 2, leaseTtlMs: 30000, pollIntervalMs: 1000, maxAttempts: 12 };
 
 function readConfigFile(path: string): Record<string, unknown> {
   let text: string;

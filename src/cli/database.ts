@@ -29,7 +29,8 @@ export async function openDatabase(config: CliConfig, logger: Logger, requireSch
   try {
     connection = pgConnection({ connectionString: config.databaseUrl, maxConnections: 6, logger });
   } catch (err) {
-    throw new CliError(`${config.sources.databaseUrl}: ${(err as Error).message}`);
+    if (err instanceof ConfigError) throw new CliError(configMessage(err, config.sources));
+    throw err;
   }
   try {
     await connection.query('SELECT 1');

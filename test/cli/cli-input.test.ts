@@ -129,6 +129,22 @@ describe('txbox CLI input', { concurrency: true, timeout: 180_000 }, () => {
     assert.doesNotMatch(role.stderr, /cannot reach/);
     assert.match(role.stderr, /refused the login/);
 
+    const [leaseTtl, logLevel, batch, badUrl] = await Promise.all([
+      quick(['relay', ...HTTP, '--lease-ttl-ms', '30s'], envFor(db)),
+      quick(['status', '--log-level', 'verbose'], envFor(db)),
+      quick(['prune', '--older-than', '7d', '--batch-size', 'lots'], envFor(db)),
+      quick(['status'], envFor(db, { TXBOX_DATABASE_URL: 'mysql://u@127.0.0.1/x' })),
+    ]);
+    expectExit(leaseTtl, 2, '--lease-ttl-ms 30s');
+    assert.match(leaseTtl.stderr, /--lease-ttl-ms 30s: .*milliseconds.*e\.g\. --lease-ttl-ms 30000/);
+    expectExit(logLevel, 2, '--log-level verbose');
+    assert.match(logLevel.stderr, /--log-level verbose: choose debug, info, warn, error or silent/);
+    expectExit(batch, 2, '--batch-size lots');
+    assert.match(batch.stderr, /--batch-size lots: must be a (positive )?whole number.*e\.g\. --batch-size \d+/);
+    expectExit(badUrl, 2, 'mysql URL');
+    assert.doesNotMatch(badUrl.stderr, /TXBOX_DATABASE_URL: databaseUrl:/, 'the field is named once');
+    assert.match(badUrl.stderr, /TXBOX_DATABASE_URL: must be a postgres:\/\/ or postgresql:\/\/ URL/);
+
     const longTable = await quick(['status', '--table', 'x'.repeat(49)], envFor(db));
     expectExit(longTable, 2, 'long table name');
     assert.match(longTable.stderr, /at most 48/);

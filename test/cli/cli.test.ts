@@ -431,7 +431,7 @@ describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {
     assert.equal(skip.code, 2, skip.stderr);
     assert.match(skip.stderr, /--skip-parked/);
     assert.equal(badUrl.code, 2, badUrl.stderr);
-    assert.match(badUrl.stderr, /databaseUrl/);
+    assert.match(badUrl.stderr, /--database-url: must be a postgres:\/\//);
     assert.equal(demo.code, 3, demo.stderr);
     assert.match(demo.stderr, /cannot reach the database/);
     for (const r of [badUrl, demo]) assert.doesNotMatch(r.stderr + r.stdout, /supersecret/);

@@ -42,7 +42,7 @@ Every change is written to the audit table with the actor (default: OS user).`,
       selector = ids.length > 0 ? { ids } : destination ? { all: true, destination } : { all: true };
     }
     const limit = flags.limit === undefined ? 100 : Number(flags.limit);
-    if (!Number.isSafeInteger(limit) || limit <= 0) throw new CliError('--limit: must be a positive integer');
+    if (!Number.isSafeInteger(limit) || limit <= 0) throw new CliError(`--limit ${String(flags.limit)}: must be a positive whole number, e.g. --limit 50`);
     const db = await openDatabase(config, logger);
     try {
       const admin = new PostgresAdmin(db.connection, { schema: config.schema, table: config.table });
