@@ -26,7 +26,8 @@ const HOW = 'the events would be written in autocommit and commit even if your b
  * round trip: pg's `getTransactionStatus()` (the ReadyForQuery status: 'I'
  * idle, 'T' in a transaction, 'E' in a failed one), a pg Pool's shape
  * (`totalCount` and `connect` without `release`), PGlite's
- * `isInTransaction()`, and the adapters' marks.
+ * `isInTransaction()`, the adapters' marks, and a `transaction()` method
+ * (an object that begins transactions, such as txbox's PostgresConnection).
  */
 export function notInTransaction(tx: object): string | undefined {
   const t = tx as Record<string | symbol, unknown>;
@@ -45,6 +46,10 @@ export function notInTransaction(tx: object): string | undefined {
   if (typeof t.isInTransaction === 'function' && typeof t.transaction === 'function') {
     if ((t.isInTransaction as () => unknown).call(tx) === true) return undefined;
     return `is a PGlite database, not a transaction: ${HOW}. Pass the transaction: await db.transaction(async (tx) => { ...; await outbox.enqueue(tx, event); })`;
+  }
+  if (typeof t.transaction === 'function') {
+    // txbox's own PostgresConnection, or a database object passed without its adapter: it begins transactions, so it is not one.
+    return `has a transaction() method, so it begins transactions rather than being one: ${HOW}. Pass the transaction it gives you: await connection.transaction(async (tx) => { ...; await outbox.enqueue(tx, event); })`;
   }
   return undefined;
 }

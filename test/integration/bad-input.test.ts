@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import {
   ConfigError,
   InvalidEventError,
+  NotInTransactionError,
   PayloadTooLargeError,
   UnknownDestinationError,
   createOutbox,
@@ -27,18 +28,26 @@ describe('configuration errors', () => {
   it('rejects an invalid schema or table name, naming the field', () => {
     assert.throws(() => new PostgresOutboxStore({ schema: 'bad-name; DROP TABLE x' }), (e: unknown) => e instanceof ConfigError && e.field === 'schema');
     assert.throws(() => new PostgresOutboxStore({ table: '1outbox' }), (e: unknown) => e instanceof ConfigError && e.field === 'table' && /letters, digits and underscores/.test(e.message));
-    assert.throws(() => new PostgresOutboxStore({ table: 'x'.repeat(49) }), (e: unknown) => e instanceof ConfigError && /at most 48/.test(e.message));
+    assert.throws(
+      () => new PostgresOutboxStore({ table: 'x'.repeat(49) }),
+      (e: unknown) => e instanceof ConfigError && /at most 48 characters \(this one has 49\)/.test(e.message) && !/\{0,62\}/.test(e.message),
+    );
   });
 
   it('rejects a malformed webhook URL, naming the endpoint', () => {
     assert.throws(() => new HttpTransport({ endpoints: { orders: 'not a url' } }), (e: unknown) => e instanceof ConfigError && e.field === 'endpoints.orders');
     assert.throws(() => new HttpTransport({ endpoints: { orders: 'ftp://example.com/x' } }), (e: unknown) => e instanceof ConfigError && e.field === 'endpoints.orders');
+    assert.throws(
+      () => new HttpTransport({ endpoints: { orders: 'localhost:8089/hooks' } }),
+      (e: unknown) => e instanceof ConfigError && e.field === 'endpoints.orders' && /has no scheme; write it as "http:\/\/localhost:8089\/\.\.\."/.test(e.message),
+    );
   });
 
   it('rejects missing or invalid configuration', () => {
     assert.throws(() => createOutbox({} as never), (e: unknown) => e instanceof ConfigError && e.field === 'store');
     assert.throws(() => createOutbox({ store: new PostgresOutboxStore() }), (e: unknown) => e instanceof ConfigError && e.field === 'events');
     assert.throws(() => createOutbox({ store: new PostgresOutboxStore(), events: [OrderCreated], maxPayloadBytes: -1 }), (e: unknown) => e instanceof ConfigError && e.field === 'maxPayloadBytes');
+    assert.throws(() => createOutbox({ store: new PostgresOutboxStore(), events: [OrderCreated], allowAutocommit: 'yes' as never }), (e: unknown) => e instanceof ConfigError && e.field === 'allowAutocommit');
     assert.throws(() => createRelay({ transport: new RecordingTransport() } as never), (e: unknown) => e instanceof ConfigError && e.field === 'store');
     assert.throws(() => pgConnection({ connectionString: 'mysql://x' }), (e: unknown) => e instanceof ConfigError && e.field === 'databaseUrl');
   });
@@ -187,6 +196,15 @@ for (const kind of BACKENDS) {
         assert.equal(events.length, 1);
       });
     }
+
+    it('refuses the connection itself instead of a transaction, writing nothing', async () => {
+      const outbox = createOutbox({ store: new PostgresOutboxStore({ schema: db.schema }), events: [OrderCreated] });
+      await assert.rejects(
+        outbox.enqueue(db.connection, OrderCreated({ aggregateId: 'no-tx', payload: {} })),
+        (e: unknown) => e instanceof NotInTransactionError && e.code === 'TXBOX_NOT_IN_TRANSACTION' && /begins transactions rather than being one/.test(e.message),
+      );
+      assert.equal((await db.query(`SELECT 1 FROM "${db.schema}".outbox WHERE aggregate_id = 'no-tx'`)).length, 0);
+    });
 
     it('names the index of the bad event in a batch', async () => {
       const outbox = createOutbox({ store: new PostgresOutboxStore({ schema: db.schema }), events: [OrderCreated] });
