@@ -71,7 +71,9 @@ export const ENV_HELP = `Environment:
   TXBOX_HTTP_ENDPOINTS   destination=url pairs, comma separated
   TXBOX_WEBHOOK_SECRET   Standard Webhooks signing secret (whsec_...)
   TXBOX_BATCH_SIZE, TXBOX_LANES, TXBOX_LEASE_TTL_MS, TXBOX_POLL_INTERVAL_MS,
-  TXBOX_MAX_ATTEMPTS, TXBOX_KEEP_PUBLISHED, TXBOX_LOG_LEVEL`;
+  TXBOX_MAX_ATTEMPTS, TXBOX_KEEP_PUBLISHED, TXBOX_LOG_LEVEL
+Durations carry a unit (500ms, 30s, 15m, 24h, 7d, 1h30m); a bare number is refused.
+Settings named *_MS / --*-ms take milliseconds.`;
 
 export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
   const sources: Record<string, string> = {};
