@@ -121,7 +121,10 @@ async function prepareEvent(event: NewEvent<any, string>, at: string, options: R
     throw new UnknownDestinationError(`${at}.destination`, destination, [...options.destinations]);
   }
   const rawAggregateId: unknown = event.aggregateId;
-  const aggregateId = typeof rawAggregateId === 'number' && Number.isFinite(rawAggregateId) ? String(rawAggregateId) : requireText(`${at}.aggregateId`, rawAggregateId);
+  if (typeof rawAggregateId !== 'string' && !(typeof rawAggregateId === 'number' && Number.isFinite(rawAggregateId))) {
+    throw new InvalidEventError(`${at}.aggregateId`, `must be a non-empty string or a finite number (the id of what changed, e.g. the order id), got ${describe(rawAggregateId)}`);
+  }
+  const aggregateId = typeof rawAggregateId === 'number' ? String(rawAggregateId) : requireText(`${at}.aggregateId`, rawAggregateId);
   const key = event.key === undefined ? defaultKey(aggregateType, aggregateId) : requireText(`${at}.key`, event.key);
   let payload: unknown = event.payload;
   if (event.schema) {
@@ -141,13 +144,13 @@ async function prepareEvent(event: NewEvent<any, string>, at: string, options: R
   let id: string;
   if (event.id === undefined) id = uuidv7();
   else if (typeof event.id === 'string' && isUuid(event.id)) id = event.id.toLowerCase();
-  else throw new InvalidEventError(`${at}.id`, 'must be a UUID string (leave it out to get a fresh UUIDv7)');
+  else throw new InvalidEventError(`${at}.id`, `must be a UUID string, got ${typeof event.id === 'string' ? JSON.stringify(event.id.slice(0, 60)) : describe(event.id)} (leave it out to get a fresh UUIDv7)`);
   const version = event.version ?? null;
   if (version !== null && (!Number.isSafeInteger(version) || version < 0)) {
     throw new InvalidEventError(`${at}.version`, `must be a non-negative integer, got ${String(version)}`);
   }
   const occurredAt = event.occurredAt ?? new Date();
-  if (!(occurredAt instanceof Date) || Number.isNaN(occurredAt.getTime())) throw new InvalidEventError(`${at}.occurredAt`, 'must be a valid Date');
+  if (!(occurredAt instanceof Date) || Number.isNaN(occurredAt.getTime())) throw new InvalidEventError(`${at}.occurredAt`, `must be a valid Date, got ${occurredAt instanceof Date ? 'an Invalid Date' : describe(occurredAt)}`);
   return { id, type, aggregateType, aggregateId, key, destination, payloadJson, headers, occurredAt, version };
 }
 

@@ -27,10 +27,10 @@ const OrderCreated = defineEvent({ type: 'OrderCreated', aggregateType: 'Order',
 describe('configuration errors', () => {
   it('rejects an invalid schema or table name, naming the field', () => {
     assert.throws(() => new PostgresOutboxStore({ schema: 'bad-name; DROP TABLE x' }), (e: unknown) => e instanceof ConfigError && e.field === 'schema');
-    assert.throws(() => new PostgresOutboxStore({ table: '1outbox' }), (e: unknown) => e instanceof ConfigError && e.field === 'table' && /letters, digits and underscores/.test(e.message));
+    assert.throws(() => new PostgresOutboxStore({ table: '1outbox' }), (e: unknown) => e instanceof ConfigError && e.field === 'table' && /\(it starts with a digit\); use letters, digits and underscores/.test(e.message));
     assert.throws(
       () => new PostgresOutboxStore({ table: 'x'.repeat(49) }),
-      (e: unknown) => e instanceof ConfigError && /at most 48 characters \(this one has 49\)/.test(e.message) && !/\{0,62\}/.test(e.message),
+      (e: unknown) => e instanceof ConfigError && /\(it has 49 characters\).*at most 48 characters/.test(e.message) && !/\{0,62\}/.test(e.message),
     );
   });
 
@@ -114,9 +114,14 @@ for (const kind of BACKENDS) {
         check: (e) => e instanceof InvalidEventError && e.field === 'event.aggregateId',
       },
       {
+        name: 'a null aggregate id',
+        event: () => OrderCreated({ aggregateId: null as unknown as string, payload: {} }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.aggregateId' && /non-empty string or a finite number.*got null/.test(e.message),
+      },
+      {
         name: 'a non-UUID event id',
         event: () => OrderCreated({ aggregateId: 1, payload: {}, id: 'order-1' }),
-        check: (e) => e instanceof InvalidEventError && e.field === 'event.id',
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.id' && /got "order-1"/.test(e.message),
       },
       {
         name: 'a non-string header',
