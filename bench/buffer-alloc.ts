@@ -1,7 +1,7 @@
 /**
  * What one `Buffer.alloc(512)` costs, against `Buffer.allocUnsafe(512)` from
  * Node's pool: kafkajs allocates a zero-filled 512-byte Encoder buffer for
- * every record and every header (docs/performance.md, section 6). The
+ * every record and every header (docs/performance-notes.md, section 6). The
  * buffers are kept in a ring so the allocation cannot be optimized away.
  *
  *   node --conditions=txbox-source --import tsx bench/buffer-alloc.ts

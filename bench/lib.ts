@@ -408,6 +408,7 @@ export function memoryInboxStore(): InboxStore {
     },
     recordFailure: async () => ({ attempts: 1, dead: false }),
     hold: async () => {},
+    recheckHeld: async () => [],
     redrivable: async () => [],
   };
 }

@@ -111,7 +111,7 @@ class TimedRelayStore implements RelayStore {
 async function makeTransport(config: RelayWorkerConfig): Promise<Transport> {
   if (config.transport.kind === 'noop') return new NoopTransport();
   if (config.transport.kind === 'broker') return brokerTransport(config.transport.spec);
-  return new HttpTransport({ endpoints: { orders: config.transport.url }, timeoutMs: 10_000, ...(process.env.BENCH_HTTP_MAX_SOCKETS ? { maxSockets: Number(process.env.BENCH_HTTP_MAX_SOCKETS) } : {}) });
+  return new HttpTransport({ endpoints: { orders: config.transport.url }, timeoutMs: 10_000, allowUnsigned: true, ...(process.env.BENCH_HTTP_MAX_SOCKETS ? { maxSockets: Number(process.env.BENCH_HTTP_MAX_SOCKETS) } : {}) });
 }
 
 function send(message: RelayWorkerMessage): void {

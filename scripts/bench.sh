@@ -12,7 +12,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-ALL="drain producer retention latency http-drain http-latency"
+ALL="drain producer retention latency http-drain http-latency claim-outage lease-handover"
 ONLY="${BENCH_ONLY:-$ALL}"
 
 if [[ "${BENCH_SMOKE:-0}" == "1" ]]; then
@@ -23,6 +23,9 @@ if [[ "${BENCH_SMOKE:-0}" == "1" ]]; then
   export BENCH_REPEAT="${BENCH_REPEAT:-1}"
   export BENCH_LATENCY_SECONDS="${BENCH_LATENCY_SECONDS:-2}"
   export BENCH_HTTP_SECONDS="${BENCH_HTTP_SECONDS:-2}"
+  export BENCH_OUTAGE_EVENTS="${BENCH_OUTAGE_EVENTS:-20000}"
+  export BENCH_PARKED_KEYS="${BENCH_PARKED_KEYS:-500}"
+  export BENCH_CLAIMS="${BENCH_CLAIMS:-5}"
 fi
 
 out="${BENCH_OUT:-$(mktemp -d -t txbox-bench.XXXXXX)}"

@@ -13,6 +13,8 @@ export interface TransportConfig {
   readonly endpoints?: Readonly<Record<string, string>>;
   /** http: Standard Webhooks secret (whsec_...). */
   readonly secret?: string;
+  /** http: send unsigned requests when there is no secret (`--unsigned`, or the config file's transport.allowUnsigned). */
+  readonly allowUnsigned?: boolean;
   /** The broker address: kafka brokers, nats servers (comma-separated), rabbitmq or redis URL. */
   readonly url?: string;
   readonly timeoutMs?: number;
@@ -134,6 +136,7 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
       ...(endpoints ? { endpoints } : {}),
       ...(secret !== undefined ? { secret } : {}),
       ...(url !== undefined ? { url } : {}),
+      ...(flags.unsigned === true ? { allowUnsigned: true } : {}),
     };
   }
 

@@ -13,8 +13,13 @@ export interface OpenDatabase {
   readonly names: PostgresNames;
 }
 
-/** Opens the configured PostgreSQL database and checks that it answers (and, with `requireSchema`, that it is migrated). */
-export async function openDatabase(config: CliConfig, logger: Logger, requireSchema = true): Promise<OpenDatabase> {
+/**
+ * Opens the configured PostgreSQL database and checks that it answers (and,
+ * with `requireSchema`, that it is migrated). Its connections carry
+ * `applicationName` (`txbox <command>`) in pg_stat_activity, unless the URL
+ * sets its own application_name.
+ */
+export async function openDatabase(config: CliConfig, logger: Logger, requireSchema = true, applicationName = 'txbox'): Promise<OpenDatabase> {
   let names: PostgresNames;
   try {
     names = postgresNames({ schema: config.schema, table: config.table });
@@ -27,7 +32,7 @@ export async function openDatabase(config: CliConfig, logger: Logger, requireSch
   }
   let connection: PostgresConnection;
   try {
-    connection = pgConnection({ connectionString: config.databaseUrl, maxConnections: 6, logger });
+    connection = pgConnection({ connectionString: config.databaseUrl, maxConnections: 6, applicationName, logger });
   } catch (err) {
     if (err instanceof ConfigError) throw new CliError(configMessage(err, config.sources));
     throw err;

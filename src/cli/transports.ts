@@ -9,9 +9,23 @@ type Factory = (config: TransportConfig, logger: Logger) => Promise<Transport>;
 
 /** Transports the CLI can build from configuration; each loads its client library only when chosen. */
 const FACTORIES: Record<string, Factory> = {
-  async http(config) {
+  async http(config, logger) {
     const { HttpTransport } = await importOptional('the http transport', () => import('../transports/http/index.ts'));
-    return new HttpTransport(options(config) as unknown as ConstructorParameters<typeof HttpTransport>[0]);
+    let transport;
+    try {
+      transport = new HttpTransport(options(config) as unknown as ConstructorParameters<typeof HttpTransport>[0]);
+    } catch (err) {
+      if (err instanceof ConfigError && err.field === 'secret' && config.secret === undefined) {
+        throw new CliError(
+          'no webhook secret: set TXBOX_WEBHOOK_SECRET (or --secret, or transport.secret in the config file) to the secret your receivers verify; generate one with `npx txbox secret`. To send unsigned requests on purpose (tests, trusted networks), pass --unsigned',
+        );
+      }
+      throw err;
+    }
+    if (config.secret === undefined) {
+      logger.warn({ transport: 'http' }, 'txbox relay: sending UNSIGNED webhooks (--unsigned): receivers cannot tell them from forged ones; set TXBOX_WEBHOOK_SECRET to sign them');
+    }
+    return transport;
   },
   async kafka(config, logger) {
     const { KafkaTransport } = await importOptional('the kafka transport', () => import('../transports/kafka/index.ts'));

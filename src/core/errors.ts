@@ -77,12 +77,15 @@ export class SchemaError extends TxboxError {
   }
 }
 
-export type TransportErrorKind = 'retriable' | 'permanent';
+export type TransportErrorKind = 'retriable' | 'permanent' | 'destination-down';
 
 /**
- * A failed publish. `retriable` errors (timeouts, broker down, 5xx, 429) are
- * retried with backoff; `permanent` ones (oversize, unroutable, 4xx) park the
- * event at once.
+ * A failed publish. `retriable` errors (timeouts, 5xx, 429) are retried with
+ * backoff; `permanent` ones (oversize, unroutable, 4xx) park the event at
+ * once; `destination-down` ones (HTTP 401/403/404, connection refused, DNS
+ * failure, a broker refusing the credentials) say the whole destination is
+ * unusable, not this event: the relay pauses the destination (its circuit
+ * breaker) without counting an attempt, and the event stays pending in order.
  */
 export class TransportError extends TxboxError {
   readonly kind: TransportErrorKind;

@@ -30,9 +30,17 @@ export interface InboxStore {
     consumer: string,
     events: readonly OutboxEvent[],
     handler: (tx: SqlExecutor, event: OutboxEvent) => Promise<void>,
-  ): Promise<{ readonly ran: boolean[]; readonly heldKeys: string[] }>;
+    options?: RunBatchOptions,
+  ): Promise<{ readonly ran: boolean[]; readonly heldKeys: string[]; readonly held?: boolean[] }>;
   /** Records a failed attempt (outside the rolled-back transaction); the row turns dead at `maxAttempts`. */
   recordFailure(consumer: string, event: OutboxEvent, error: string, maxAttempts: number): Promise<{ readonly attempts: number; readonly dead: boolean }>;
+  /**
+   * Keys of this consumer with held events nobody looked at for `olderThanMs`,
+   * oldest first, from at most `limit` held rows; their held rows are stamped
+   * as looked at now. The inbox runs each key's held events again: a release
+   * that was missed is caught up this way.
+   */
+  recheckHeld(consumer: string, olderThanMs: number, limit: number): Promise<string[]>;
   /** Keeps an event aside (a version gap) until an earlier version of its key is processed. */
   hold(consumer: string, event: OutboxEvent, reason: string): Promise<void>;
   /**
@@ -40,6 +48,19 @@ export interface InboxStore {
    * of that key; without, the ones an operator asked to retry.
    */
   redrivable(consumer: string, limit: number, key?: string): Promise<OutboxEvent[]>;
+}
+
+export interface RunBatchOptions {
+  /**
+   * Hold in the handler's own transaction: each handler runs in a savepoint;
+   * when it throws and `holdReason` returns a reason (not null), its writes
+   * roll back to the savepoint and the event's row turns `held` in the same
+   * transaction (`held[i]`), which then commits. Other errors end the batch
+   * as usual. With versioned events, transactions of one key are serialized
+   * (an advisory lock per key), so a hold cannot slip past the commit of the
+   * version it waits for.
+   */
+  readonly holdReason?: (err: unknown) => string | null;
 }
 
 /**

@@ -54,13 +54,30 @@ export interface RelayHeartbeat {
   readonly inFlight: number;
   readonly publishedTotal: number;
   readonly ratePerMinute: number;
+  /** Destinations whose circuit is open in this relay (a destination down). Default: none. */
+  readonly circuits?: readonly OpenCircuit[];
+}
+
+/** A destination a relay has paused because it answered as down (401, 403, 404, refused, DNS). */
+export interface OpenCircuit {
+  readonly destination: string;
+  /** The error that opened it (no payload). */
+  readonly reason: string;
+  /** When it opened (the first failure of this outage). */
+  readonly openSince: Date;
+  /** When the relay sends the next probe event. */
+  readonly nextProbeAt: Date;
+  /** Probes that failed since it opened. */
+  readonly failedProbes: number;
 }
 
 /** The outcome of one claimed event, reported back to the store. */
 export type Completion =
   | { readonly seq: number; readonly token: string; readonly outcome: 'published' }
   | { readonly seq: number; readonly token: string; readonly outcome: 'retry'; readonly delayMs: number; readonly error: string; readonly routesAcked?: readonly string[] }
-  | { readonly seq: number; readonly token: string; readonly outcome: 'park'; readonly error: string; readonly routesAcked?: readonly string[] };
+  | { readonly seq: number; readonly token: string; readonly outcome: 'park'; readonly error: string; readonly routesAcked?: readonly string[] }
+  /** Not published because its destination is down: stays pending, not before `delayMs`, attempts unchanged. */
+  | { readonly seq: number; readonly token: string; readonly outcome: 'defer'; readonly delayMs: number; readonly error: string; readonly routesAcked?: readonly string[] };
 
 export interface ClaimOptions {
   /** At most this many events. */
@@ -76,7 +93,15 @@ export interface ClaimOptions {
  */
 export interface RelayStore {
   /** Records that `relay` is alive and returns how many relays are alive now. */
-  heartbeat(relay: RelayHeartbeat, ttlMs: number): Promise<{ readonly liveRelays: number; readonly bucketCount: number }>;
+  heartbeat(
+    relay: RelayHeartbeat,
+    ttlMs: number,
+  ): Promise<{
+    readonly liveRelays: number;
+    readonly bucketCount: number;
+    /** Ms until the first unexpired lease of another relay runs out, if any (lets a relay take a crashed relay's buckets as they expire). */
+    readonly nextForeignExpiryMs?: number | null;
+  }>;
   /**
    * Renews `held` leases and acquires up to `acquire` more free or expired buckets.
    * Returns every lease the relay holds afterwards; a held lease missing from the
@@ -116,6 +141,8 @@ export interface RelayStore {
    * than `olderThanMs` ago (never pending or parked ones). Returns how many.
    */
   prune?(olderThanMs: number, limit: number): Promise<number>;
+  /** Optional: how many events are pending and parked (all buckets), for the relay's periodic log summary. */
+  backlog?(): Promise<{ readonly pending: number; readonly parked: number }>;
   /** Releases connections the store opened itself. */
   close(): Promise<void>;
 }

@@ -2,11 +2,20 @@ import { TypedEmitter, keyHash } from '../core/emitter.ts';
 import { withoutPayloadText, type OutboxEvent } from '../core/envelope.ts';
 import { ConfigError, TxboxError } from '../core/errors.ts';
 import type { EventDefinition } from '../core/events.ts';
+import { canonicalEventId, inboundEventProblem, storableText } from '../core/inbound-event.ts';
 import { InboxBatchError, type InboxOutcome, type InboxStore } from '../core/inbox-ports.ts';
 import type { Logger } from '../core/logger.ts';
 import { silentLogger } from '../core/logger.ts';
 import type { SqlExecutor } from '../core/ports.ts';
 import { resolveRetryOptions, retryDelay, type ResolvedRetryOptions, type RetryOptions } from '../core/retry.ts';
+import { classifyStoreError, storeErrorText } from '../core/store-errors.ts';
+
+/** Tries of an event whose inbox row PostgreSQL refuses (a deterministic store error) before it is dead. */
+export const STORE_REFUSAL_ATTEMPTS = 3;
+/** Held rows whose keys one re-check looks at, at most (`recheckHeld`). */
+export const HELD_RECHECK_ROWS = 100;
+/** Events whose refusals are counted in memory at most (the oldest is forgotten first). */
+const REFUSALS_TRACKED = 10_000;
 
 /**
  * Thrown by a handler (or by `applyVersioned` with `onGap: 'hold'`) to keep
@@ -32,6 +41,12 @@ export interface InboxOptions {
   readonly retry?: RetryOptions;
   /** How often operator retries (`txbox inbox dead retry`) are picked up, in ms. Default: 5000. */
   readonly redriveIntervalMs?: number;
+  /**
+   * How long a held event waits before it is looked at again, in ms, and how
+   * often `start()` looks (`recheckHeld`): a held event whose missing version
+   * was applied without releasing it then applies. Default: 30000.
+   */
+  readonly heldRecheckIntervalMs?: number;
   readonly logger?: Logger;
   /**
    * Group commit: `process` calls made at the same time (consumers handle many
@@ -88,11 +103,16 @@ export class Inbox {
   readonly #redriveMs: number;
   #timer: NodeJS.Timeout | undefined;
   #redriving = false;
+  readonly #heldRecheckMs: number;
+  #recheckTimer: NodeJS.Timeout | undefined;
+  #rechecking = false;
   readonly #batchMax: number;
   readonly #batchConcurrency: number;
   readonly #queue: Pending[] = [];
   #scheduled = false;
   #flushing = 0;
+  /** Deterministic store refusals per event id (see #refused). */
+  readonly #refusals = new Map<string, number>();
 
   constructor(options: InboxOptions) {
     if (!options?.store || typeof options.store.runBatch !== 'function') {
@@ -108,6 +128,9 @@ export class Inbox {
     const every = options.redriveIntervalMs ?? 5000;
     if (!Number.isSafeInteger(every) || every < 10) throw new ConfigError('redriveIntervalMs', 'must be an integer >= 10');
     this.#redriveMs = every;
+    const recheck = options.heldRecheckIntervalMs ?? 30_000;
+    if (!Number.isSafeInteger(recheck) || recheck < 10) throw new ConfigError('heldRecheckIntervalMs', 'must be an integer >= 10 (milliseconds), e.g. 30000');
+    this.#heldRecheckMs = recheck;
     const batch = options.batch ?? {};
     this.#batchMax = batch.maxSize ?? 64;
     this.#batchConcurrency = batch.concurrency ?? 2;
@@ -137,7 +160,10 @@ export class Inbox {
    * grouped into one transaction (`batch`); do not call it concurrently for
    * events of the same key: wait for the earlier one, as consumers do.
    */
-  process(event: OutboxEvent): Promise<InboxOutcome> {
+  process(received: OutboxEvent): Promise<InboxOutcome> {
+    const admitted = this.#admit(received);
+    if ('outcome' in admitted) return Promise.resolve(admitted.outcome);
+    const event = admitted.event;
     if (this.#batchMax <= 1) return this.#processAlone(event);
     return new Promise((resolve, reject) => {
       this.#queue.push({ event, resolve, reject });
@@ -150,6 +176,25 @@ export class Inbox {
         });
       }
     });
+  }
+
+  /**
+   * The boundary: an event the inbox can never store (an id that is not a
+   * UUID, NUL in a text field, `\u0000` in the payload) is dead at once with
+   * a reason naming the field, without a row; the id is made canonical (lower
+   * case, hyphenated), the form the table compares and the handler sees.
+   */
+  #admit(event: OutboxEvent): { event: OutboxEvent } | { outcome: InboxOutcome } {
+    if (!this.#handlers.has(event.type)) return { outcome: { status: 'ignored' } };
+    const problem = inboundEventProblem(event);
+    if (problem !== null) {
+      const id = String(event.id).slice(0, 60);
+      this.events.fire('failed', { id, type: event.type, attempts: 0, dead: true, error: problem });
+      this.#logger.warn({ consumer: this.consumer, type: event.type, err: problem }, 'txbox inbox: event cannot be stored; dead without running the handler');
+      return { outcome: { status: 'dead', attempts: 0, error: problem } };
+    }
+    const id = canonicalEventId(event.id)!;
+    return { event: id === event.id ? event : { ...event, id } };
   }
 
   #pump(): void {
@@ -202,6 +247,9 @@ export class Inbox {
     }
     if (result) {
       const durationMs = performance.now() - started;
+      // Held events of these keys run before the callers hear back: a caller then sends the
+      // key's next event, which must find the released ones applied, not race them.
+      for (const key of result.heldKeys) await this.#releaseHeldSafely(key);
       prepared.forEach((p, i) => {
         const e = p.item.event;
         if (result!.ran[i]) {
@@ -212,7 +260,6 @@ export class Inbox {
           p.item.resolve({ status: 'duplicate' });
         }
       });
-      for (const key of result.heldKeys) await this.#releaseHeld(key);
     } else {
       alone.push(...prepared.map((p) => p.item));
     }
@@ -224,16 +271,30 @@ export class Inbox {
         item.resolve(stopped);
         continue;
       }
-      const outcome = await this.#processAlone(item.event);
-      if (outcome.status === 'retry') failedKeys.set(item.event.key, outcome);
-      item.resolve(outcome);
+      try {
+        const outcome = await this.#processAlone(item.event);
+        if (outcome.status === 'retry') failedKeys.set(item.event.key, outcome);
+        item.resolve(outcome);
+      } catch (err) {
+        // The store failed for this event (an outage): only its caller retries; the others go on.
+        item.reject(err);
+      }
     }
   }
 
   async #processAlone(event: OutboxEvent): Promise<InboxOutcome> {
     const { outcome, heldKeys } = await this.#processOne(event);
-    for (const key of heldKeys) await this.#releaseHeld(key);
+    for (const key of heldKeys) await this.#releaseHeldSafely(key);
     return outcome;
+  }
+
+  /** Releases after a commit; an error (an outage) is logged, the periodic re-check catches up later. */
+  async #releaseHeldSafely(key: string): Promise<void> {
+    try {
+      await this.#releaseHeld(key);
+    } catch (err) {
+      this.#logger.warn({ consumer: this.consumer, keyHash: keyHash(key), err: err instanceof Error ? err.message : String(err) }, 'txbox inbox: releasing held events failed; the held re-check will retry');
+    }
   }
 
   async #validate(entry: { definition?: EventDefinition<string, any, any> }, event: OutboxEvent): Promise<OutboxEvent> {
@@ -245,45 +306,131 @@ export class Inbox {
     return { ...withoutPayloadText(event), payload: result.value };
   }
 
-  async #processOne(event: OutboxEvent): Promise<{ outcome: InboxOutcome; heldKeys: string[] }> {
+  /**
+   * One event in its own transaction. A HoldEvent is written in the handler's
+   * transaction (a second run with `holdReason`, which the store serializes
+   * with the other transactions of the key), so the hold cannot commit after
+   * the missing version looked for held events and found none. `expectHold`
+   * (re-running held events) goes to that second kind of run at once.
+   */
+  async #processOne(event: OutboxEvent, expectHold = false): Promise<{ outcome: InboxOutcome; heldKeys: string[] }> {
     const entry = this.#handlers.get(event.type);
     if (!entry) return { outcome: { status: 'ignored' }, heldKeys: [] };
     const started = performance.now();
-    try {
-      const typed = await this.#validate(entry, event);
-      const { ran, heldKeys } = await this.#store.runBatch(this.consumer, [typed], (tx, e) => Promise.resolve(entry.handler(e, tx)));
-      if (!ran[0]) {
-        this.events.fire('duplicate', { id: event.id, type: event.type });
-        return { outcome: { status: 'duplicate' }, heldKeys: [] };
+    let holding = expectHold;
+    for (;;) {
+      try {
+        const typed = await this.#validate(entry, event);
+        let reason = '';
+        const holdReason = (err: unknown): string | null => (err instanceof HoldEvent ? (reason = storableText(err.message)) : null);
+        const options = holding ? { holdReason } : undefined;
+        const { ran, heldKeys, held } = await this.#store.runBatch(this.consumer, [typed], (tx, e) => Promise.resolve(entry.handler(e, tx)), options);
+        if (held?.[0]) {
+          this.#refusals.delete(event.id);
+          this.events.fire('held', { id: event.id, type: event.type, keyHash: keyHash(event.key), reason });
+          return { outcome: { status: 'held' }, heldKeys: [] };
+        }
+        if (!ran[0]) {
+          this.events.fire('duplicate', { id: event.id, type: event.type });
+          return { outcome: { status: 'duplicate' }, heldKeys: [] };
+        }
+        this.events.fire('processed', { id: event.id, type: event.type, durationMs: performance.now() - started });
+        return { outcome: { status: 'processed' }, heldKeys };
+      } catch (thrown) {
+        const err = thrown instanceof InboxBatchError ? thrown.cause : thrown;
+        if (err instanceof HoldEvent && !holding) {
+          holding = true;
+          continue;
+        }
+        return this.#failed(event, err);
       }
-      this.events.fire('processed', { id: event.id, type: event.type, durationMs: performance.now() - started });
-      return { outcome: { status: 'processed' }, heldKeys };
-    } catch (thrown) {
-      const err = thrown instanceof InboxBatchError ? thrown.cause : thrown;
-      if (err instanceof HoldEvent) {
-        await this.#store.hold(this.consumer, event, err.message);
-        this.events.fire('held', { id: event.id, type: event.type, keyHash: keyHash(event.key), reason: err.message });
-        return { outcome: { status: 'held' }, heldKeys: [] };
-      }
-      const message = (err instanceof Error ? err.message : String(err)).slice(0, 2000);
-      const max = err instanceof InvalidPayload ? 1 : this.#retry.maxAttempts;
-      const { attempts, dead } = await this.#store.recordFailure(this.consumer, event, message, max);
-      this.events.fire('failed', { id: event.id, type: event.type, attempts, dead, error: message });
-      this.#logger.warn({ consumer: this.consumer, id: event.id, type: event.type, attempts, dead, err: message }, 'txbox inbox: handler failed');
-      const outcome: InboxOutcome = dead
-        ? { status: 'dead', attempts, error: message }
-        : { status: 'retry', attempts, error: message, delayMs: retryDelay(this.#retry, attempts) };
-      return { outcome, heldKeys: [] };
     }
   }
 
-  /** After an event of `key` was processed, runs the held events of that key that may now apply. */
+  /** Records a failed attempt: `retry` with backoff, or `dead` at `maxAttempts` (at once for an invalid payload). */
+  async #failed(event: OutboxEvent, err: unknown): Promise<{ outcome: InboxOutcome; heldKeys: string[] }> {
+    const message = storableText(err instanceof Error ? err.message : String(err));
+    const max = err instanceof InvalidPayload ? 1 : this.#retry.maxAttempts;
+    let recorded: { attempts: number; dead: boolean } | undefined;
+    const refused = await this.#refused(
+      event,
+      async () => {
+        recorded = await this.#store.recordFailure(this.consumer, event, message, max);
+      },
+      `recording its failure (${message})`,
+    );
+    if (refused) return { outcome: refused, heldKeys: [] };
+    this.#refusals.delete(event.id);
+    const { attempts, dead } = recorded!;
+    this.events.fire('failed', { id: event.id, type: event.type, attempts, dead, error: message });
+    this.#logger.warn({ consumer: this.consumer, id: event.id, type: event.type, attempts, dead, err: message }, 'txbox inbox: handler failed');
+    const outcome: InboxOutcome = dead
+      ? { status: 'dead', attempts, error: message }
+      : { status: 'retry', attempts, error: message, delayMs: retryDelay(this.#retry, attempts) };
+    return { outcome, heldKeys: [] };
+  }
+
+  /**
+   * Runs a write of the inbox's own row. An outage rethrows (the consumer
+   * retries in place as long as it lasts). A deterministic refusal (SQLSTATE
+   * 22xxx, 23xxx: the same event is refused every time) is counted per event:
+   * a `retry` outcome until STORE_REFUSAL_ATTEMPTS, then `dead`, so the
+   * consumer dead-letters it and its key, partition or stream flows again.
+   * Undefined when the write succeeded.
+   */
+  async #refused(event: OutboxEvent, write: () => Promise<void>, doing: string): Promise<InboxOutcome | undefined> {
+    try {
+      await write();
+      return undefined;
+    } catch (err) {
+      if (classifyStoreError(err) !== 'deterministic') throw err;
+      const attempts = (this.#refusals.get(event.id) ?? 0) + 1;
+      this.#refusals.delete(event.id);
+      if (attempts < STORE_REFUSAL_ATTEMPTS) {
+        this.#refusals.set(event.id, attempts);
+        if (this.#refusals.size > REFUSALS_TRACKED) this.#refusals.delete(this.#refusals.keys().next().value!);
+      }
+      const dead = attempts >= STORE_REFUSAL_ATTEMPTS;
+      const error = `the inbox store refused ${doing}: ${storeErrorText(err)}`;
+      this.events.fire('failed', { id: event.id, type: event.type, attempts, dead, error });
+      this.#logger.warn({ consumer: this.consumer, id: event.id, type: event.type, attempts, dead, err: error }, 'txbox inbox: the store refused the event');
+      return dead ? { status: 'dead', attempts, error } : { status: 'retry', attempts, error, delayMs: retryDelay(this.#retry, attempts) };
+    }
+  }
+
+  /**
+   * After an event of `key` was processed (or when the re-check picks the
+   * key), runs the held events of that key in version order, and stops at
+   * the first that is still held (or failed): the later ones wait for it.
+   */
   async #releaseHeld(key: string): Promise<void> {
     for (let round = 0; round < 1000; round++) {
       const held = await this.#store.redrivable(this.consumer, 50, key);
-      let progressed = false;
-      for (const e of held) if ((await this.#processOne(e)).outcome.status === 'processed') progressed = true;
-      if (!progressed) return;
+      if (held.length === 0) return;
+      for (const e of held) {
+        const { status } = (await this.#processOne(e, true)).outcome;
+        if (status !== 'processed' && status !== 'duplicate' && status !== 'ignored') return;
+      }
+    }
+  }
+
+  /**
+   * Runs again the held events of keys nobody looked at for
+   * `heldRecheckIntervalMs` (at most HELD_RECHECK_ROWS held rows' keys per
+   * call, oldest first): a held event whose missing version was applied
+   * without releasing it (a hold that committed too late, a process killed
+   * between a commit and its release) applies now. Returns how many keys
+   * were looked at. `start()` calls it every `heldRecheckIntervalMs`.
+   */
+  async recheckHeld(): Promise<number> {
+    if (this.#rechecking) return 0;
+    this.#rechecking = true;
+    try {
+      const keys = await this.#store.recheckHeld(this.consumer, this.#heldRecheckMs, HELD_RECHECK_ROWS);
+      for (const key of keys) await this.#releaseHeld(key);
+      return keys.length;
+    } finally {
+      this.#rechecking = false;
     }
   }
 
@@ -300,16 +447,21 @@ export class Inbox {
     }
   }
 
-  /** Starts the redrive loop for operator retries. */
+  /** Starts the redrive loop for operator retries and the periodic re-check of held events. Call it in every consumer process. */
   start(): void {
     this.#timer ??= setInterval(() => {
       this.redrive().catch((err: Error) => this.#logger.error({ err: err.message }, 'txbox inbox: redrive failed'));
     }, this.#redriveMs);
+    this.#recheckTimer ??= setInterval(() => {
+      this.recheckHeld().catch((err: Error) => this.#logger.error({ err: err.message }, 'txbox inbox: held re-check failed'));
+    }, this.#heldRecheckMs);
   }
 
   stop(): void {
     clearInterval(this.#timer);
+    clearInterval(this.#recheckTimer);
     this.#timer = undefined;
+    this.#recheckTimer = undefined;
   }
 }
 

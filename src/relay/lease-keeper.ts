@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import type { BucketLease, RelayStore } from '../core/ports.ts';
+import type { BucketLease, RelayHeartbeat, RelayStore } from '../core/ports.ts';
 
 interface Held {
   readonly token: string;
@@ -15,6 +15,12 @@ export interface LeaseChange {
   readonly liveRelays: number;
 }
 
+/** Quick ticks after the number of live relays changed while short of the fair share (2 intervals' worth at a quarter interval). */
+const FAST_TICKS = 8;
+const MIN_TICK_MS = 20;
+/** After another relay's lease runs out by the local clock: allowance for the database clock and the round trip. */
+const EXPIRY_SLACK_MS = 25;
+
 /**
  * Keeps this relay's fair share of bucket leases: ceil(buckets / live relays).
  * The lease is judged by the database clock; locally the relay trusts a lease
@@ -26,6 +32,13 @@ export class LeaseKeeper {
   readonly #held = new Map<number, Held>();
   /** Buckets with a batch in flight: never released mid-batch. */
   readonly #busy = new Map<number, number>();
+  /** Fair-share state of the last tick, for `nextTickDelayMs`. */
+  #target = 0;
+  #liveRelays = 0;
+  #fastTicksLeft = 0;
+  #foreignExpiryAt: number | undefined;
+  /** A tick renews what it read from #held before its round trip: markIdle releases nothing meanwhile. */
+  #ticking = false;
 
   constructor(
     private readonly store: RelayStore,
@@ -38,10 +51,25 @@ export class LeaseKeeper {
   }
 
   /** One heartbeat + rebalance round trip pair. */
-  async tick(stats: { inFlight: number; publishedTotal: number; ratePerMinute: number; host: string; pid: number }): Promise<LeaseChange> {
-    const { liveRelays, bucketCount } = await this.store.heartbeat({ relayId: this.relayId, ...stats }, this.ttlMs);
+  async tick(stats: Omit<RelayHeartbeat, 'relayId'>): Promise<LeaseChange> {
+    this.#ticking = true;
+    try {
+      return await this.#tick(stats);
+    } finally {
+      this.#ticking = false;
+    }
+  }
+
+  async #tick(stats: Omit<RelayHeartbeat, 'relayId'>): Promise<LeaseChange> {
+    const beat = await this.store.heartbeat({ relayId: this.relayId, ...stats }, this.ttlMs);
+    const { liveRelays, bucketCount } = beat;
     const target = Math.ceil(bucketCount / Math.max(1, liveRelays));
     const now = performance.now();
+    const expiryMs = beat.nextForeignExpiryMs;
+    this.#foreignExpiryAt = expiryMs === undefined || expiryMs === null ? undefined : now + expiryMs;
+    if (liveRelays !== this.#liveRelays) this.#fastTicksLeft = FAST_TICKS;
+    this.#liveRelays = liveRelays;
+    this.#target = target;
     const valid = [...this.#held].filter(([, h]) => h.deadline > now);
     let released: BucketLease[] = [];
     const surplus = valid.length - target;
@@ -64,7 +92,35 @@ export class LeaseKeeper {
     for (const b of this.#held.keys()) if (!before.has(b)) acquired++;
     let lost = 0;
     for (const b of before) if (!this.#held.has(b)) lost++;
+    if (this.#held.size >= target) this.#fastTicksLeft = 0;
     return { held: this.#held.size, acquired, lost, released: released.length, liveRelays };
+  }
+
+  /**
+   * How long to wait before the next tick, given the regular interval
+   * (`ttl / 3`). Shorter in two cases, so that leases change hands within two
+   * regular intervals rather than waiting for this relay's next one:
+   * - short of its fair share after the number of live relays changed (it
+   *   joined, or another left): the relays over their share release at their
+   *   next tick, and this relay takes the buckets a quarter interval later,
+   *   not a whole one. At most FAST_TICKS such ticks per change, as with
+   *   several relays the shares (ceil(256 / relays)) need not all be met.
+   * - another relay's lease runs out before the next regular tick (it
+   *   crashed, or stopped renewing): tick just after it runs out, so a
+   *   crashed relay's buckets are taken within the lease TTL of its last
+   *   renewal, not up to an interval later.
+   */
+  nextTickDelayMs(intervalMs: number): number {
+    let delay = intervalMs;
+    if (this.#fastTicksLeft > 0 && this.#held.size < this.#target) {
+      this.#fastTicksLeft--;
+      delay = Math.min(delay, Math.max(MIN_TICK_MS, Math.floor(intervalMs / 4)));
+    }
+    if (this.#foreignExpiryAt !== undefined) {
+      const untilExpiry = this.#foreignExpiryAt - performance.now() + EXPIRY_SLACK_MS;
+      if (untilExpiry < delay) delay = Math.max(MIN_TICK_MS, Math.ceil(untilExpiry));
+    }
+    return delay;
   }
 
   /** Valid leases of one lane's share of buckets (bucket % lanes === lane). */
@@ -85,12 +141,29 @@ export class LeaseKeeper {
     for (const b of buckets) this.#busy.set(b, (this.#busy.get(b) ?? 0) + 1);
   }
 
+  /**
+   * Marks buckets idle again. A bucket over this relay's fair share (kept at
+   * the last tick only because a batch was in flight) is released at once,
+   * not at the next tick, so that a relay that joined gets it sooner; not
+   * while a tick runs, which may be renewing it (the next tick releases it).
+   */
   markIdle(buckets: Iterable<number>): void {
+    const surplus: BucketLease[] = [];
     for (const b of buckets) {
       const n = (this.#busy.get(b) ?? 1) - 1;
-      if (n <= 0) this.#busy.delete(b);
-      else this.#busy.set(b, n);
+      if (n > 0) {
+        this.#busy.set(b, n);
+        continue;
+      }
+      this.#busy.delete(b);
+      const h = this.#held.get(b);
+      if (h !== undefined && !this.#ticking && this.#held.size > this.#target) {
+        this.#held.delete(b);
+        surplus.push({ bucket: b, token: h.token });
+      }
     }
+    // Fenced by token; if it fails the lease runs out by itself, as after a crash.
+    if (surplus.length > 0) this.store.release(this.relayId, surplus).catch(() => {});
   }
 
   /** Gives every lease back and leaves the live relays (graceful stop). */

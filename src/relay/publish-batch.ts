@@ -4,6 +4,7 @@ import type { Completion, PublishOutcome, Transport } from '../core/ports.ts';
 import { retryDelay, type ResolvedRetryOptions } from '../core/retry.ts';
 import { publishToRoutes, type ResolvedRoute, type RoutedOutcome } from './routes.ts';
 import { untilAborted } from '../core/abort.ts';
+import type { DestinationBreakers } from './destination-breaker.ts';
 
 export interface BatchContext {
   readonly routes: readonly ResolvedRoute[];
@@ -16,6 +17,8 @@ export interface BatchContext {
   /** False once the relay may no longer act on the bucket (lease lost or about to expire). */
   leaseValid(bucket: number, token: string): boolean;
   onFailure?(event: StoredEvent, completion: Completion & { outcome: 'retry' | 'park' }): void;
+  /** Per-destination circuit breakers: events of a down destination are deferred, not attempted. Without it, destination-down counts as retriable. */
+  readonly breakers?: DestinationBreakers;
 }
 
 /**
@@ -34,27 +37,52 @@ export async function publishBatch(events: readonly StoredEvent[], ctx: BatchCon
     else queues.set(e.key, [e]);
   }
   const completions: Completion[] = [];
+  const { breakers } = ctx;
   while (queues.size > 0 && !ctx.signal.aborted) {
     const wave: StoredEvent[] = [];
+    const probes = new Set<StoredEvent>();
     for (const [key, q] of queues) {
       const head = q[0]!;
-      if (!ctx.leaseValid(head.bucket, ctx.tokenOf(head.bucket))) queues.delete(key);
-      else wave.push(head);
+      if (!ctx.leaseValid(head.bucket, ctx.tokenOf(head.bucket))) {
+        queues.delete(key);
+        continue;
+      }
+      const admission = breakers?.admit(head.destination) ?? 'send';
+      if (admission === 'hold') {
+        // Its destination is down: pending again after the pause, attempts unchanged; the key waits behind it.
+        completions.push(deferCompletion(head, ctx.tokenOf(head.bucket), breakers!, `destination-down: the circuit of destination ${JSON.stringify(head.destination)} is open; held, not sent`, []));
+        queues.delete(key);
+        continue;
+      }
+      if (admission === 'probe') probes.add(head);
+      wave.push(head);
     }
     if (wave.length === 0) break;
     const outcomes = await publishWave(wave, ctx);
-    if (outcomes === null) break; // stopping: leave the wave pending
+    if (outcomes === null) {
+      for (const p of probes) breakers!.probeEnded(p.destination);
+      break; // stopping: leave the wave pending
+    }
     for (let i = 0; i < wave.length; i++) {
       const event = wave[i]!;
       const outcome = outcomes[i]!;
       const token = ctx.tokenOf(event.bucket);
       const q = queues.get(event.key)!;
       if (outcome.ok) {
+        breakers?.up(event.destination);
         completions.push({ seq: event.seq, token, outcome: 'published' });
         q.shift();
         if (q.length === 0) queues.delete(event.key);
         continue;
       }
+      if (breakers && outcome.error!.kind === 'destination-down') {
+        const reason = `destination-down: ${outcome.error!.message}`.slice(0, 2000);
+        breakers.down(event.destination, reason, probes.has(event));
+        completions.push(deferCompletion(event, token, breakers, reason, outcome.acked));
+        queues.delete(event.key);
+        continue;
+      }
+      if (probes.has(event)) breakers!.probeEnded(event.destination);
       const failure = failureCompletion(event, token, outcome.error!, ctx.retry, outcome.acked);
       completions.push(failure);
       ctx.onFailure?.(event, failure);
@@ -85,6 +113,10 @@ async function callTransport(transport: Transport, events: StoredEvent[], ctx: B
         : toTransportError(err);
     return events.map(() => ({ ok: false, error }));
   }
+}
+
+function deferCompletion(event: StoredEvent, token: string, breakers: DestinationBreakers, error: string, routesAcked: readonly string[]): Completion {
+  return { seq: event.seq, token, outcome: 'defer', delayMs: breakers.holdMs(event.destination), error, routesAcked };
 }
 
 function failureCompletion(

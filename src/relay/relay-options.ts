@@ -38,6 +38,16 @@ export interface RelayOptions {
   readonly minPollIntervalMs?: number;
   /** Backoff and attempts before an event is parked. */
   readonly retry?: RetryOptions;
+  /**
+   * The per-destination circuit breaker. When a transport says a destination
+   * is down (HTTP 401, 403, 404, connection refused, DNS failure; a broker
+   * refusing the credentials or the connection), the relay stops publishing
+   * to that destination for a backoff, then sends one probe event; the first
+   * success closes it. Events of a down destination stay pending, in order,
+   * without counting attempts or parking; other destinations keep flowing.
+   * Default: `{ baseDelayMs: 1000, maxDelayMs: 60000 }`.
+   */
+  readonly circuitBreaker?: CircuitBreakerOptions;
   /** Destinations whose parked events do not hold back later events of the same key. Default: none (a parked event holds its key). */
   readonly skipParkedDestinations?: readonly string[];
   /** Longest time one publish call may take before its events count as timed out (retriable). Default: 30000 ms. */
@@ -51,8 +61,27 @@ export interface RelayOptions {
    * `{ keepPublishedMs: 86400000 (1 day), intervalMs: 60000, batchSize: 5000 }`.
    */
   readonly retention?: RetentionOptions | false;
-  /** A pino-compatible logger. Default: silent. */
+  /** A pino-compatible logger. Default: silent. Each batch is logged at debug, a summary at info every `logSummaryIntervalMs`. */
   readonly logger?: Logger;
+  /**
+   * How often the relay logs its info summary (published since the last one,
+   * rate, backlog, parked, leases held), in ms; 0 turns it off. The backlog
+   * and parked counts cost one count of the outbox's open rows per summary.
+   * Default: 60000 (one a minute).
+   */
+  readonly logSummaryIntervalMs?: number;
+}
+
+export interface CircuitBreakerOptions {
+  /** Pause after a destination is first seen down, before the first probe, in ms. Doubles (with jitter) after each failed probe. Default: 1000. */
+  readonly baseDelayMs?: number;
+  /** Longest pause between probes, in ms. Default: 60000 (1 minute). */
+  readonly maxDelayMs?: number;
+}
+
+export interface ResolvedCircuitBreakerOptions {
+  readonly baseDelayMs: number;
+  readonly maxDelayMs: number;
 }
 
 export interface RetentionOptions {
@@ -77,11 +106,13 @@ export interface ResolvedRelayOptions {
   readonly pollIntervalMs: number;
   readonly minPollIntervalMs: number;
   readonly retry: ResolvedRetryOptions;
+  readonly circuitBreaker: ResolvedCircuitBreakerOptions;
   readonly skipParkedDestinations: readonly string[];
   readonly publishTimeoutMs: number;
   readonly stopTimeoutMs: number;
   readonly retention: ResolvedRetentionOptions | false;
   readonly logger: Logger;
+  readonly logSummaryIntervalMs: number;
 }
 
 function int(field: string, value: number | undefined, fallback: number, min: number, max: number): number {
@@ -92,12 +123,17 @@ function int(field: string, value: number | undefined, fallback: number, min: nu
   return value;
 }
 
+/** A relay id for a relay started without one: `<host>-<pid>-<random>`. */
+export function defaultRelayId(): string {
+  return `${hostname()}-${process.pid}-${uuidv7().slice(-6)}`;
+}
+
 export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions {
   if (!options?.store || typeof options.store.claim !== 'function') {
     throw new ConfigError('store', 'is required: pass a relay store such as new PostgresRelayStore({ connection })');
   }
   const routes = resolveRoutes(options.transport, options.routes);
-  const relayId = options.relayId ?? `${hostname()}-${process.pid}-${uuidv7().slice(-6)}`;
+  const relayId = options.relayId ?? defaultRelayId();
   if (typeof relayId !== 'string' || !/^[\w.:@-]{1,120}$/.test(relayId)) {
     throw new ConfigError('relayId', 'must be 1-120 characters of letters, digits and . _ : @ -');
   }
@@ -117,12 +153,24 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     pollIntervalMs,
     minPollIntervalMs: Math.min(pollIntervalMs, int('minPollIntervalMs', options.minPollIntervalMs, 5, 1, 600_000)),
     retry: resolveRetryOptions(options.retry),
+    circuitBreaker: resolveCircuitBreaker(options.circuitBreaker),
     skipParkedDestinations: Object.freeze([...skip]),
     publishTimeoutMs: int('publishTimeoutMs', options.publishTimeoutMs, 30_000, 1, 3_600_000),
     stopTimeoutMs: int('stopTimeoutMs', options.stopTimeoutMs, 10_000, 0, 3_600_000),
     retention: resolveRetention(options.retention),
     logger: options.logger ?? silentLogger,
+    logSummaryIntervalMs: int('logSummaryIntervalMs', options.logSummaryIntervalMs, 60_000, 0, 86_400_000),
   });
+}
+
+function resolveCircuitBreaker(c: CircuitBreakerOptions | undefined): ResolvedCircuitBreakerOptions {
+  if (c !== undefined && (c === null || typeof c !== 'object')) {
+    throw new ConfigError('circuitBreaker', 'must be an object such as { baseDelayMs: 1000, maxDelayMs: 60000 }');
+  }
+  const baseDelayMs = int('circuitBreaker.baseDelayMs', c?.baseDelayMs, 1000, 1, 3_600_000);
+  const maxDelayMs = int('circuitBreaker.maxDelayMs', c?.maxDelayMs, Math.max(60_000, baseDelayMs), 1, 86_400_000);
+  if (maxDelayMs < baseDelayMs) throw new ConfigError('circuitBreaker.maxDelayMs', `must be >= circuitBreaker.baseDelayMs (${baseDelayMs})`);
+  return Object.freeze({ baseDelayMs, maxDelayMs });
 }
 
 function resolveRetention(r: RetentionOptions | false | undefined): ResolvedRetentionOptions | false {

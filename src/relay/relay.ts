@@ -2,14 +2,17 @@ import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { keyHash, TypedEmitter } from '../core/emitter.ts';
 import type { Completion } from '../core/ports.ts';
+import { DestinationBreakers, type CircuitChange } from './destination-breaker.ts';
 import { LeaseKeeper, type LeaseChange } from './lease-keeper.ts';
 import { publishBatch } from './publish-batch.ts';
+import { RelayLog } from './relay-log.ts';
 import { RateWindow } from './rate-window.ts';
 import { resolveRelayOptions, type RelayOptions, type ResolvedRelayOptions } from './relay-options.ts';
 
 /** Lifecycle events of a relay; metrics and logs subscribe to them. */
 export interface RelayEvents {
-  started: { readonly relayId: string };
+  /** The transport is connected and the first leases taken: the relay is ready. `buckets`: leases held now (0 while other relays hold them all). */
+  started: { readonly relayId: string; readonly buckets: number };
   stopped: { readonly relayId: string; readonly releasedBuckets: number };
   leases: LeaseChange & { readonly relayId: string };
   batch: {
@@ -28,6 +31,8 @@ export interface RelayEvents {
   /** Published rows removed by retention. */
   pruned: { readonly deleted: number };
   error: { readonly phase: 'lease' | 'claim' | 'complete' | 'retention'; readonly error: Error };
+  /** A destination's circuit opened (it answered as down), stayed open after a probe, or closed. */
+  circuit: CircuitChange & { readonly relayId: string };
 }
 
 /**
@@ -43,7 +48,9 @@ export interface RelayEvents {
 export class Relay extends TypedEmitter<RelayEvents> {
   readonly options: ResolvedRelayOptions;
   readonly #leases: LeaseKeeper;
+  readonly #log: RelayLog;
   readonly #rate = new RateWindow(60);
+  readonly #breakers: DestinationBreakers;
   #stopClaiming = new AbortController();
   #stopNow = new AbortController();
   #loops: Promise<void>[] = [];
@@ -57,7 +64,17 @@ export class Relay extends TypedEmitter<RelayEvents> {
     super();
     this.options = resolveRelayOptions(options);
     this.#leases = new LeaseKeeper(this.options.store, this.options.relayId, this.options.leaseTtlMs);
-    this.#logEvents();
+    this.#log = new RelayLog(this, {
+      logger: this.options.logger,
+      relayId: this.relayId,
+      summaryIntervalMs: this.options.logSummaryIntervalMs,
+      snapshot: () => ({ leasesHeld: this.#leases.size, inFlight: this.#inFlight }),
+      ...(this.options.store.backlog ? { backlog: () => this.options.store.backlog!() } : {}),
+    });
+    this.#breakers = new DestinationBreakers(this.options.circuitBreaker, {
+      probeTimeoutMs: 2 * this.options.publishTimeoutMs,
+      onChange: (change) => this.emit('circuit', { ...change, relayId: this.relayId }),
+    });
   }
 
   get relayId(): string {
@@ -66,6 +83,11 @@ export class Relay extends TypedEmitter<RelayEvents> {
 
   get publishedTotal(): number {
     return this.#publishedTotal;
+  }
+
+  /** Bucket leases this relay holds now. */
+  get heldBuckets(): number {
+    return this.#leases.size;
   }
 
   /** Connects the transport, takes the first leases and starts the claim loops. Resolves once running. */
@@ -78,7 +100,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
     await this.#tickLeases();
     this.#loops = [this.#leaseLoop(), this.#retentionLoop()];
     for (let lane = 0; lane < this.options.lanes; lane++) this.#loops.push(this.#laneLoop(lane));
-    this.emit('started', { relayId: this.relayId });
+    this.#log.start();
+    this.emit('started', { relayId: this.relayId, buckets: this.#leases.size });
   }
 
   /**
@@ -99,6 +122,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
    */
   async abort(): Promise<void> {
     this.#crashed = true;
+    this.#log.stop();
     this.#stopNow.abort();
     this.#stopClaiming.abort();
     this.#state = 'stopping';
@@ -109,6 +133,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
   async #stop(): Promise<void> {
     if (this.#state === 'idle') return;
     this.#state = 'stopping';
+    this.#log.stop();
     this.#stopClaiming.abort();
     const timer = setTimeout(() => this.#stopNow.abort(), this.options.stopTimeoutMs);
     await Promise.allSettled(this.#loops);
@@ -135,6 +160,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
       ratePerMinute: this.#rate.total(),
       host: hostname(),
       pid: process.pid,
+      circuits: this.#breakers.open(),
     });
     if (change.acquired || change.lost || change.released) this.emit('leases', { ...change, relayId: this.relayId });
   }
@@ -143,7 +169,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
     const signal = this.#stopClaiming.signal;
     const every = Math.floor(this.options.leaseTtlMs / 3);
     while (!signal.aborted) {
-      await sleep(every, undefined, { signal }).catch(() => {});
+      await sleep(this.#leases.nextTickDelayMs(every), undefined, { signal }).catch(() => {});
       if (signal.aborted) break;
       try {
         await this.#tickLeases();
@@ -218,6 +244,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
           tokenOf: (bucket) => tokens.get(bucket)!,
           leaseValid: (bucket, token) => this.#leases.isValid(bucket, token),
           onFailure: (event, c) => this.#reportFailure(event, c),
+          breakers: this.#breakers,
         });
         await this.#complete(lane, events.length, completions, started);
       } finally {
@@ -262,18 +289,6 @@ export class Relay extends TypedEmitter<RelayEvents> {
     const base = { id: event.id, type: event.type, keyHash: keyHash(event.key), attempts: event.attempts + 1, error: c.error };
     if (c.outcome === 'retry') this.emit('retry', { ...base, delayMs: c.delayMs });
     else this.emit('parked', base);
-  }
-
-  #logEvents(): void {
-    const log = this.options.logger;
-    const relayId = this.relayId;
-    this.on('started', () => log.info({ relayId }, 'txbox relay started'));
-    this.on('stopped', (e) => log.info(e, 'txbox relay stopped'));
-    this.on('leases', (e) => log.info(e, 'txbox relay leases changed'));
-    this.on('retry', (e) => log.warn(e, 'txbox relay: publish failed, will retry'));
-    this.on('parked', (e) => log.error(e, 'txbox relay: event parked'));
-    this.on('fenced', (e) => log.warn({ relayId, ...e }, 'txbox relay: lease lost, marks rejected by the fence'));
-    this.on('error', (e) => log.error({ relayId, phase: e.phase, err: e.error.message }, 'txbox relay error'));
   }
 }
 

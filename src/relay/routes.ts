@@ -113,9 +113,12 @@ function prefixed(route: string, e: TransportError): TransportError {
   return new TransportError(e.kind, `route ${route}: ${e.message}`, { cause: e, ...(e.retryAfterMs !== undefined ? { retryAfterMs: e.retryAfterMs } : {}) });
 }
 
+/** permanent over destination-down over retriable (then the longest Retry-After). */
 function worse(a: TransportError | undefined, b: TransportError): TransportError {
   if (!a) return b;
   if (a.kind === 'permanent') return a;
   if (b.kind === 'permanent') return b;
+  if (a.kind === 'destination-down') return a;
+  if (b.kind === 'destination-down') return b;
   return (b.retryAfterMs ?? 0) > (a.retryAfterMs ?? 0) ? b : a;
 }

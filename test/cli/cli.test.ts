@@ -92,7 +92,7 @@ describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {
   it('`<command> --help` works for every command and names its options', async () => {
     const expected: Record<string, string[]> = {
       migrate: ['--print'],
-      relay: ['--transport', '--endpoint', '--secret', '--batch-size', '--lanes', '--lease-ttl-ms', '--poll-interval-ms', '--max-attempts', '--skip-parked', '--keep-published', '--delete-on-publish', '--relay-id'],
+      relay: ['--transport', '--endpoint', '--secret', '--unsigned', '--batch-size', '--lanes', '--lease-ttl-ms', '--poll-interval-ms', '--max-attempts', '--skip-parked', '--keep-published', '--delete-on-publish', '--relay-id'],
       status: ['--json'],
       parked: ['list', 'retry', 'skip', 'discard', '--id', '--all', '--destination', '--limit', '--json', '--actor'],
       replay: ['--from', '--to', '--key', '--type', '--destination', '--actor'],
@@ -196,9 +196,9 @@ describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {
     expectExit(json, 0, 'status --json');
 
     assert.match(text.stdout, /pending 5 .*parked 3/);
-    assert.match(text.stdout, /^items\s+3\s+0\s+2\s+\S+s$/m);
-    assert.match(text.stdout, /^orders\s+2\s+0\s+1\s+5\.\dm$/m, `oldest pending of orders is about 5 minutes:\n${text.stdout}`);
-    assert.match(text.stdout, /^relay-status-test\s+yes\s+0/m);
+    assert.match(text.stdout, /^items\s+3\s+0\s+2\s+0\s+\S+s$/m);
+    assert.match(text.stdout, /^orders\s+2\s+0\s+1\s+0\s+5\.\dm$/m, `oldest pending of orders is about 5 minutes:\n${text.stdout}`);
+    assert.match(text.stdout, /^relay-status-test\s+alive, heartbeat [\d.]+s ago\s+0/m);
     assert.match(text.stdout, /^table: [\d.]+ MiB with indexes/m);
 
     const status = JSON.parse(json.stdout) as {
@@ -222,6 +222,18 @@ describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {
     );
     assert.ok(status.table.totalBytes > 0);
     assert.equal(status.publishedLastMinute, 3);
+  });
+
+  it('`txbox status` shows each destination down: circuit open since, reason, next probe (text and --json)', async () => {
+    const db = await freshDb();
+    const circuits = [{ destination: 'billing', reason: 'destination-down: HTTP 401 Unauthorized from POST http://127.0.0.1:9/billing', openSince: '2026-11-24T10:00:00.000Z', nextProbeAt: '2026-11-24T10:00:08.000Z', failedProbes: 3 }];
+    await db.query(`INSERT INTO "${db.schema}".outbox_relays (relay_id, host, pid, circuits) VALUES ('relay-down', 'h', 1, $1::jsonb), ('relay-ok', 'h', 2, '[]')`, [JSON.stringify(circuits)]);
+    const [text, json, none] = await Promise.all([runCli(['status'], envFor(db)), runCli(['status', '--json'], envFor(db)), runCli(['status'], envFor(await freshDb()))]);
+    expectExit(text, 0, 'status');
+    assert.match(text.stdout, /^  billing: circuit open since 2026-11-24T10:00:00\.000Z \(relay relay-down\), reason destination-down: HTTP 401 Unauthorized from POST http:\/\/127\.0\.0\.1:9\/billing, next probe 2026-11-24T10:00:08\.000Z, 3 failed probes$/m);
+    assert.match(none.stdout, /^destinations down: none/m);
+    const status = JSON.parse(json.stdout) as { circuits: { destination: string; relayId: string; reason: string; openSince: string; nextProbeAt: string; failedProbes: number }[] };
+    assert.deepEqual(status.circuits, [{ ...circuits[0], relayId: 'relay-down' }]);
   });
 
   it('`txbox parked` lists, retries, skips and discards parked events, with an audit trail', async () => {
@@ -343,6 +355,30 @@ describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {
     assert.equal(rows.get(ids[3]!)!.state, 'parked');
   });
 
+  it('`txbox relay --transport http` refuses to start without a secret unless --unsigned, which warns once', async () => {
+    const db = await freshDb();
+    const endpoint = ['--endpoint', 'orders=http://127.0.0.1:1/orders'];
+    const refused = await runCli(['relay', '--transport', 'http', ...endpoint], envFor(db));
+    expectExit(refused, 2, 'relay without a secret');
+    assert.match(refused.stderr, /TXBOX_WEBHOOK_SECRET/);
+    assert.match(refused.stderr, /npx txbox secret/);
+    assert.match(refused.stderr, /--unsigned/);
+    const empty = await runCli(['relay', '--transport', 'http', ...endpoint], envFor(db, { TXBOX_WEBHOOK_SECRET: '' }));
+    expectExit(empty, 2, 'relay with an empty secret');
+    assert.match(empty.stderr, /secret/);
+    const relay = startCli(['relay', '--transport', 'http', ...endpoint, '--unsigned', '--relay-id', 'relay-unsigned'], envFor(db, { TXBOX_LOG_LEVEL: 'info' }));
+    try {
+      await waitFor('the unsigned relay started', () => /txbox relay started/.test(relay.stdout() + relay.stderr()), 20_000);
+    } finally {
+      relay.child.kill('SIGTERM');
+    }
+    const result = await relay.exited;
+    expectExit(result, 0, 'unsigned relay after SIGTERM');
+    const warnings = (result.stdout + result.stderr).split('\n').filter((l) => /UNSIGNED/.test(l));
+    assert.equal(warnings.length, 1, `one warning:\n${result.stdout}\n${result.stderr}`);
+    assert.match(warnings[0]!, /"level":"?(warn|40)/);
+  });
+
   it('`txbox relay` publishes, parks what a receiver rejects, and stops on SIGTERM releasing its leases', async () => {
     const db = await freshDb();
     const receiver = await startReceiver();
@@ -388,8 +424,10 @@ describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {
       for (const p of parkedErrors) assert.match(p.last_error, /HTTP 400 Bad Request.*unknown order/);
       const [owned] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox_buckets WHERE owner IS NOT NULL`);
       assert.equal(owned!.n, 0, 'leases released');
-      const left = await db.query(`SELECT relay_id FROM "${db.schema}".outbox_relays`);
-      assert.deepEqual(left, [], 'a gracefully stopped relay leaves the live set');
+      const left = await db.query<{ relay_id: string; left: boolean; in_flight: number }>(
+        `SELECT relay_id, left_at IS NOT NULL AS left, in_flight FROM "${db.schema}".outbox_relays`,
+      );
+      assert.deepEqual(left, [{ relay_id: 'relay-e2e', left: true, in_flight: 0 }], 'a gracefully stopped relay is marked left (txbox status shows it)');
     } finally {
       await receiver.close();
       await new Promise<void>((resolve) => rejecting.close(() => resolve()));

@@ -1,5 +1,5 @@
 /**
- * DESIGN.md invariant 3: a transaction that took a lower seq but commits
+ * docs/guarantees.md, invariant 3: a transaction that took a lower seq but commits
  * after higher seqs were published must still be published.
  */
 import { after, before, it } from 'node:test';

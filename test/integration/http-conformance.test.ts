@@ -2,7 +2,8 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { HttpTransport, createWebhookReceiver, generateWebhookSecret } from 'txbox/http';
-import { runTransportConformance, type Delivered } from 'txbox/testing';
+import type { Delivered } from 'txbox/testing';
+import { runTransportConformance } from 'txbox/testing/conformance';
 import { DATABASE_URL } from '../helpers/databases.ts';
 
 const secret = generateWebhookSecret();
@@ -23,7 +24,7 @@ let counter = 0;
 async function listen(): Promise<void> {
   server = createServer((req, res) => {
     if (req.url?.startsWith('/nowhere')) {
-      res.writeHead(404).end('no such hook');
+      res.writeHead(410).end('no such hook'); // 404 would be destination-down (circuit breaker), not a per-event failure
       return;
     }
     receiver(req, res);
@@ -73,7 +74,7 @@ runTransportConformance({
     },
     misconfigured(destinations) {
       return [
-        { transport: new HttpTransport({ endpoints: Object.fromEntries(destinations.map((d) => [d, `http://127.0.0.1:1/${d}`])), timeoutMs: 2000 }), setting: /127\.0\.0\.1:1/ },
+        { transport: new HttpTransport({ endpoints: Object.fromEntries(destinations.map((d) => [d, `http://127.0.0.1:1/${d}`])), timeoutMs: 2000, allowUnsigned: true }), setting: /127\.0\.0\.1:1/ },
         {
           transport: new HttpTransport({ endpoints: Object.fromEntries(destinations.map((d) => [d, `http://u:hunter2@127.0.0.1:${port}/${d}`])), secret: generateWebhookSecret() }),
           setting: /401/,

@@ -148,8 +148,28 @@ describe('createWebhookReceiver', () => {
     assert.equal((await post(url, {}, '', 'GET')).status, 405);
   });
 
-  it('accepts unsigned requests when no secret is configured', async () => {
-    const { url, received } = await start({});
+  it('refuses to start without a secret: an unset WEBHOOK_SECRET no longer accepts forged events', async () => {
+    const fromEnv = process.env.TXBOX_TEST_UNSET_WEBHOOK_SECRET; // unset, as in a misconfigured deploy
+    assert.throws(
+      () => createWebhookReceiver({ secret: fromEnv, onEvent: () => {} }),
+      (e: unknown) => e instanceof ConfigError && e.field === 'secret' && /npx txbox secret/.test(e.message),
+    );
+    // With the secret set, a forged (unsigned) request is answered 401 and never reaches onEvent.
+    const { url, received } = await start({ secret });
+    const body = JSON.stringify(envelope());
+    const forged = await post(url, { 'content-type': 'application/json', 'webhook-id': 'msg_forged' }, body);
+    assert.equal(forged.status, 401);
+    assert.equal(received.length, 0);
+    const signedByTransport = new HttpTransport({ endpoints: { orders: url }, secret });
+    cleanups.push(() => signedByTransport.close());
+    const event: OutboxEvent = { ...(envelope() as unknown as OutboxEvent), occurredAt: new Date() };
+    assert.deepEqual(await signedByTransport.publish([event], new AbortController().signal), [{ ok: true }]);
+    assert.equal(received.length, 1);
+    assert.equal(received[0]!.ctx.verified, true);
+  });
+
+  it('accepts unsigned requests only with allowUnsigned: true', async () => {
+    const { url, received } = await start({ allowUnsigned: true });
     const body = JSON.stringify(envelope({ aggregateType: undefined, aggregateId: undefined, key: undefined, version: undefined }));
     assert.equal((await post(url, { 'content-type': 'application/json' }, body)).status, 204);
     assert.equal(received[0]!.ctx.verified, false);

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, describe, it } from 'node:test';
-import { ConfigError, TransportError, uuidv7, type OutboxEvent, type PublishOutcome } from 'txbox';
+import { ConfigError, TransportError, uuidv7, type OutboxEvent, type PublishOutcome, type TransportErrorKind } from 'txbox';
 import { HttpTransport, createWebhookReceiver, generateWebhookSecret, verifyWebhook, type HttpTransportOptions } from 'txbox/http';
 
 interface Hit {
@@ -68,7 +68,7 @@ after(async () => {
 
 async function setup(handler: Handler, options: Partial<HttpTransportOptions> = {}) {
   const server = await testServer(handler);
-  const transport = new HttpTransport({ endpoints: { orders: `${server.url}/hooks/orders` }, ...options });
+  const transport = new HttpTransport({ endpoints: { orders: `${server.url}/hooks/orders` }, allowUnsigned: options.secret === undefined, ...options });
   cleanups.push(() => server.close(), () => transport.close());
   return { server, transport };
 }
@@ -159,7 +159,7 @@ describe('HttpTransport', () => {
     const wrong = new HttpTransport({ endpoints: { orders: `${receiver.url}/orders` }, secret: generateWebhookSecret() });
     cleanups.push(() => wrong.close());
     const error = failure((await wrong.publish([event()], never))[0]);
-    assert.equal(error.kind, 'permanent');
+    assert.equal(error.kind, 'destination-down'); // a wrong secret concerns every event: the relay pauses the destination
     assert.match(error.message, /HTTP 401/);
   });
 
@@ -177,7 +177,7 @@ describe('HttpTransport', () => {
       const [status, headers] = statuses[req.url!.slice(1)]!;
       res.writeHead(status, headers).end('busy');
     });
-    const multi = new HttpTransport({ endpoints: Object.fromEntries(Object.keys(statuses).map((k) => [k, `${srv.url}/${k}`])) });
+    const multi = new HttpTransport({ endpoints: Object.fromEntries(Object.keys(statuses).map((k) => [k, `${srv.url}/${k}`])), allowUnsigned: true });
     cleanups.push(() => srv.close(), () => multi.close());
     const outcomes = await multi.publish(Object.keys(statuses).map((destination) => event({ destination })), never);
     const errors = outcomes.map(failure);
@@ -190,8 +190,12 @@ describe('HttpTransport', () => {
     assert.equal(errors[4]!.retryAfterMs, undefined);
   });
 
-  it('classifies other 4xx as permanent, with the status and a short excerpt, and redacts the URL', async () => {
-    const statuses: Record<string, number> = { a: 400, b: 404, c: 410 };
+  const classes: [TransportErrorKind, Record<string, number>][] = [
+    ['permanent', { a: 400, b: 410, c: 422 }],
+    ['destination-down', { a: 401, b: 403, c: 404 }],
+  ];
+  for (const [kind, statuses] of classes) {
+  it(`classifies ${Object.values(statuses).join(', ')} as ${kind}, with the status and a short excerpt, and redacts the URL`, async () => {
     const secret = generateWebhookSecret();
     const srv = await testServer((req, res) => {
       const status = statuses[new URL(req.url!, 'http://x').pathname.slice(1)]!;
@@ -205,13 +209,14 @@ describe('HttpTransport', () => {
     assert.equal(srv.hits[0]!.headers.authorization, `Basic ${Buffer.from('user:pa55word').toString('base64')}`);
     for (const [i, status] of Object.values(statuses).entries()) {
       const error = errors[i]!;
-      assert.equal(error.kind, 'permanent');
+      assert.equal(error.kind, kind);
       assert.match(error.message, new RegExp(`^HTTP ${status} `));
-      assert.match(error.message, /\?<redacted>: \{"title":"bad thing","detail":"x+\.\.\.$/);
+      assert.match(error.message, /\?<redacted>( \(destination down: check [^)]+\))?: \{"title":"bad thing","detail":"x+\.\.\.$/);
       assert.ok(error.message.length < 400, `${error.message.length} chars`);
       for (const s of ['pa55word', 's3cret', '4111111111111111', secret.slice(6)]) assert.ok(!error.message.includes(s), `leaks ${s}`);
     }
   });
+  }
 
   it('leaves the body out of errors with errorBodyChars: 0', async () => {
     const { transport } = await setup(answer(422, { 'content-type': 'text/plain' }, 'echo of your payload'), { errorBodyChars: 0 });
@@ -260,14 +265,19 @@ describe('HttpTransport', () => {
     assert.equal(stuck.server.hits.length, 2, 'only maxSockets requests were sent');
   });
 
-  it('reports a refused connection as retriable', async () => {
+  it('reports a refused connection and an unknown host as destination-down', async () => {
     const srv = await testServer(() => {});
     await srv.close(); // the port is now free and refuses connections
-    const transport = new HttpTransport({ endpoints: { orders: `${srv.url}/x` } });
+    const transport = new HttpTransport({ endpoints: { orders: `${srv.url}/x` }, allowUnsigned: true });
     cleanups.push(() => transport.close());
     const error = failure((await transport.publish([event()], never))[0]);
-    assert.equal(error.kind, 'retriable');
+    assert.equal(error.kind, 'destination-down');
     assert.match(error.message, /^ECONNREFUSED: POST http:\/\/127\.0\.0\.1:\d+\/x failed/);
+    const nowhere = new HttpTransport({ endpoints: { orders: 'http://txbox-no-such-host.invalid/x' }, allowUnsigned: true });
+    cleanups.push(() => nowhere.close());
+    const dns = failure((await nowhere.publish([event()], never))[0]);
+    assert.equal(dns.kind, 'destination-down', dns.message);
+    assert.match(dns.message, /^(ENOTFOUND|EAI_AGAIN): POST http:\/\/txbox-no-such-host\.invalid\/x failed/);
   });
 
   it('reports a connection the server drops as retriable', async () => {
@@ -300,7 +310,7 @@ describe('HttpTransport', () => {
     const srv = await testServer((req, res) => {
       if (req.url === '/fast') res.writeHead(200).end();
     });
-    const transport = new HttpTransport({ endpoints: { fast: `${srv.url}/fast`, slow: `${srv.url}/slow` } });
+    const transport = new HttpTransport({ endpoints: { fast: `${srv.url}/fast`, slow: `${srv.url}/slow` }, allowUnsigned: true });
     cleanups.push(() => srv.close(), () => transport.close());
     const controller = new AbortController();
     setTimeout(() => controller.abort(), 150);

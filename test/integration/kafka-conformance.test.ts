@@ -12,7 +12,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before } from 'node:test';
 import { Kafka, logLevel, type Admin } from 'kafkajs';
 import { KafkaTransport, parseKafkaMessage } from 'txbox/kafka';
-import { runTransportConformance, type Delivered } from 'txbox/testing';
+import type { Delivered } from 'txbox/testing';
+import { runTransportConformance } from 'txbox/testing/conformance';
 import { DATABASE_URL } from '../helpers/databases.ts';
 import { holdBrokerLock } from '../helpers/broker-lock.ts';
 

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import pg from 'pg';
 import { migratePostgres, pgConnection, postgresMigrations, postgresNames } from 'txbox/postgres';
 import { DATABASE_URL, uniqueSchema } from '../helpers/databases.ts';
+import { renderMigration, splitStatements } from '../../src/stores/postgres/postgres-migrations.ts';
 import { runCli } from '../helpers/cli.ts';
 
 let pool: pg.Pool;
@@ -58,12 +59,33 @@ it('migration 004 turns a version-3 jsonb payload column into json and keeps pen
     await pool.query(
       `INSERT INTO "${upSchema}".outbox (id, type, aggregate_type, aggregate_id, key, destination, payload) VALUES (gen_random_uuid(), 'T', 'A', '1', 'A:1', 'd', '{"b":1,"a":2}')`,
     );
-    assert.deepEqual(await migratePostgres(connection, names), ['004_payload_json.sql']);
+    assert.deepEqual(await migratePostgres(connection, names, all.filter((m) => m.name < '005')), ['004_payload_json.sql']);
     assert.equal(await type(), 'json');
     // jsonb's text form (its key order and spacing) is what the column now holds: the same JSON value.
     const { rows } = await pool.query(`SELECT payload::text AS t, state FROM "${upSchema}".outbox`);
     assert.deepEqual(rows, [{ t: '{"a": 2, "b": 1}', state: 'pending' }]);
+    // The later migrations apply on top, once.
+    await migratePostgres(connection, names);
     assert.deepEqual(await migratePostgres(connection, names), []);
+  } finally {
+    await connection.close();
+    await pool.query(`DROP SCHEMA IF EXISTS "${upSchema}" CASCADE`);
+  }
+});
+
+it('migration 006 adds the relays\' circuits column to an existing table; a heartbeat fills it; applying it again changes nothing', async () => {
+  const upSchema = uniqueSchema('up6');
+  const connection = pgConnection({ connectionString: DATABASE_URL, maxConnections: 2 });
+  const names = postgresNames({ schema: upSchema });
+  try {
+    const all = postgresMigrations();
+    const m006 = all.find((m) => m.name.startsWith('006_'))!;
+    await migratePostgres(connection, names, all.filter((m) => m.name < '006'));
+    await pool.query(`INSERT INTO "${upSchema}".outbox_relays (relay_id, host, pid) VALUES ('old-relay', 'h', 1)`);
+    assert.ok((await migratePostgres(connection, names)).includes(m006.name));
+    const { rows } = await pool.query(`SELECT circuits FROM "${upSchema}".outbox_relays`);
+    assert.deepEqual(rows, [{ circuits: [] }]);
+    for (const sql of splitStatements(renderMigration(m006.sql, names))) await pool.query(sql); // idempotent
   } finally {
     await connection.close();
     await pool.query(`DROP SCHEMA IF EXISTS "${upSchema}" CASCADE`);

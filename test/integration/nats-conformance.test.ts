@@ -17,7 +17,8 @@ import { promisify } from 'node:util';
 import { connect, nanos } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
 import { NatsTransport, NATS_HEADERS } from 'txbox/nats';
-import { runTransportConformance, type Delivered } from 'txbox/testing';
+import type { Delivered } from 'txbox/testing';
+import { runTransportConformance } from 'txbox/testing/conformance';
 import { DATABASE_URL } from '../helpers/databases.ts';
 import { canConnect, freePort } from '../helpers/ports.ts';
 

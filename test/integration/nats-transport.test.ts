@@ -253,12 +253,12 @@ authorization {
     await server.kill('SIGTERM');
   });
 
-  it('publishes with user/pass, and a denied subject is a permanent permission error', async () => {
+  it('publishes with user/pass, and a denied subject is a destination-down permission error', async () => {
     const t = new NatsTransport({ servers, user: 'relay', pass: password, subjects: { ok: 'allowed.x', no: 'denied.x' }, publishTimeoutMs: 2000 });
     await t.start(signal());
     const [ok, denied] = await t.publish([event('ok'), event('no', { key: 'k2' })], signal());
     assert.equal(ok!.ok, true, ok!.ok ? '' : ok!.error.message);
-    assert.equal(failure(denied).kind, 'permanent');
+    assert.equal(failure(denied).kind, 'destination-down');
     assert.match(failure(denied).message, /permission denied: .*denied\.x.*user\/pass/);
     assert.doesNotMatch(failure(denied).message, new RegExp(password));
     await t.close();

@@ -14,7 +14,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { connect, type Channel, type ChannelModel } from 'amqplib';
 import { RabbitMqTransport, decodeRabbitMqMessage } from 'txbox/rabbitmq';
-import { runTransportConformance, type Delivered } from 'txbox/testing';
+import type { Delivered } from 'txbox/testing';
+import { runTransportConformance } from 'txbox/testing/conformance';
 import { DATABASE_URL } from '../helpers/databases.ts';
 
 const AMQP_URL = process.env.TXBOX_TEST_RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';

@@ -116,7 +116,7 @@ function event(destination: string, key = 'Item:1', payload: unknown = { n: 1 })
 
 const signal = (): AbortSignal => AbortSignal.timeout(30_000);
 
-function failure(o: PublishOutcome | undefined, kind: 'retriable' | 'permanent', text: RegExp): void {
+function failure(o: PublishOutcome | undefined, kind: 'retriable' | 'permanent' | 'destination-down', text: RegExp): void {
   assert.ok(o && !o.ok, 'expected a failure');
   assert.equal(o.error.kind, kind, o.error.message);
   assert.match(o.error.message, text);
@@ -214,14 +214,14 @@ describe('RabbitMqTransport against RabbitMQ', { timeout: 300_000 }, () => {
     assert.deepEqual(await t.publish([event(q)], signal()), [{ ok: true }]);
   });
 
-  it('a refused publish (403 ACCESS_REFUSED, here an internal exchange) is permanent and names the exchange', async () => {
+  it('a refused publish (403 ACCESS_REFUSED, here an internal exchange) is destination-down and names the exchange', async () => {
     const name = `${prefix}_internal`;
     await (await adminChannel()).assertExchange(name, 'direct', { durable: false, internal: true });
     created.exchanges.push(name);
     const t = transport({ exchange: name });
     await t.start();
     const [refused] = await t.publish([event('anything')], signal());
-    failure(refused, 'permanent', new RegExp(`refused publishing to exchange "${name}".*403 ACCESS_REFUSED.*permission.*fix exchange`));
+    failure(refused, 'destination-down', new RegExp(`refused publishing to exchange "${name}".*403 ACCESS_REFUSED.*permission.*fix exchange`));
   });
 
   it("the broker's own max_message_size: a larger body is permanent, then refused before sending", async (ctx) => {

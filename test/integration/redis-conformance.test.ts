@@ -15,7 +15,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
 import { RedisTransport, parseStreamEntry } from 'txbox/redis';
-import { runTransportConformance, type Delivered } from 'txbox/testing';
+import type { Delivered } from 'txbox/testing';
+import { runTransportConformance } from 'txbox/testing/conformance';
 import { DATABASE_URL } from '../helpers/databases.ts';
 
 const run = promisify(execFile);

@@ -159,7 +159,7 @@ describe('RedisTransport on a real Redis', () => {
     }
   });
 
-  it('fails fast while Redis is unreachable, recovers by itself, and never shows the password', async () => {
+  it('fails fast as destination-down while Redis is unreachable, recovers by itself, and never shows the password', async () => {
     const proxy = new Proxy();
     await proxy.start();
     const warnings: string[] = [];
@@ -175,9 +175,17 @@ describe('RedisTransport on a real Redis', () => {
       const outcomes = await transport.publish([event('outage', 1), event('outage', 2)], signal());
       const elapsed = performance.now() - started;
       assert.ok(elapsed < 500, `failed fast, took ${elapsed.toFixed(0)} ms`);
-      for (const o of outcomes) {
-        const error = failure(o);
-        assert.equal(error.kind, 'retriable');
+      const seen: TransportError[] = outcomes.map(failure);
+      // Commands cut off as the connection dropped are retriable; once the client is offline
+      // (reconnecting, refused), Redis as a whole is out of reach: destination-down, which the
+      // relay answers by pausing the destination instead of counting attempts or parking.
+      for (let i = 0; i < 100 && !seen.some((e) => e.kind === 'destination-down'); i++) {
+        await sleep(20);
+        seen.push(failure((await transport.publish([event('outage', 1)], signal()))[0]));
+      }
+      assert.ok(seen.some((e) => e.kind === 'destination-down'), seen.map((e) => `${e.kind}: ${e.message}`).join('\n'));
+      for (const error of seen) {
+        assert.ok(error.kind === 'retriable' || error.kind === 'destination-down', error.message);
         assert.match(error.message, /outage.*127\.0\.0\.1/);
         assert.doesNotMatch(inspect(error, { depth: 5 }), /hunter2/);
       }

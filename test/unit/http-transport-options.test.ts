@@ -17,7 +17,7 @@ function configError(options: unknown, field: string, text?: RegExp): void {
 
 describe('resolveHttpTransportOptions', () => {
   it('fills defaults and freezes', () => {
-    const o = resolveHttpTransportOptions({ endpoints: { orders: 'https://hooks.example.com/orders?x=1' } });
+    const o = resolveHttpTransportOptions({ endpoints: { orders: 'https://hooks.example.com/orders?x=1' }, allowUnsigned: true });
     assert.equal(o.timeoutMs, 10_000);
     assert.equal(o.maxSockets, 64);
     assert.equal(o.source, 'txbox');
@@ -63,7 +63,7 @@ describe('resolveHttpTransportOptions', () => {
     configError({ endpoints: { a: 'http://127.0.0.1/' }, headers: { 'ce-source': 'x' } }, 'headers.ce-source');
     configError({ endpoints: { a: 'http://127.0.0.1/' }, headers: { 'bad name': 'x' } }, 'headers.bad name', /not a valid header name/);
     configError({ endpoints: { a: 'http://127.0.0.1/' }, headers: { 'x-a': 'v\r\nx-b: injected' } }, 'headers.x-a', /control characters/);
-    const o = resolveHttpTransportOptions({ endpoints: { a: 'http://127.0.0.1/' }, headers: { Authorization: 'Bearer t' } });
+    const o = resolveHttpTransportOptions({ endpoints: { a: 'http://127.0.0.1/' }, allowUnsigned: true, headers: { Authorization: 'Bearer t' } });
     assert.equal(o.headers['authorization'], 'Bearer t');
   });
 
@@ -73,7 +73,7 @@ describe('resolveHttpTransportOptions', () => {
 
   it('encodes ce-source as the CloudEvents HTTP binding requires', () => {
     configError({ endpoints: { a: 'http://127.0.0.1/' }, source: '' }, 'source');
-    const o = resolveHttpTransportOptions({ endpoints: { a: 'http://127.0.0.1/' }, source: 'urn:svc:ördérs 100%' });
+    const o = resolveHttpTransportOptions({ endpoints: { a: 'http://127.0.0.1/' }, allowUnsigned: true, source: 'urn:svc:ördérs 100%' });
     assert.equal(o.source, 'urn:svc:%C3%B6rd%C3%A9rs%20100%25');
   });
 

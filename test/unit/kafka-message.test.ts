@@ -89,15 +89,18 @@ describe('parseKafkaMessage', () => {
     }
   });
 
+  const I1 = '0190a8f0-0000-7000-8000-000000000001';
+  const I2 = '0190a8f0-0000-7000-8000-000000000002';
+
   it('takes string headers and arrays (as some clients give them)', () => {
-    const parsed = parseKafkaMessage({ key: 'k', value: '{"a":1}', headers: { 'txbox-id': ['i1', 'i2'], 'txbox-type': 'T' } }, 'd');
+    const parsed = parseKafkaMessage({ key: 'k', value: '{"a":1}', headers: { 'txbox-id': [I1, I2], 'txbox-type': 'T' } }, 'd');
     assert.ok(parsed.ok);
-    assert.equal(parsed.event.id, 'i1');
+    assert.equal(parsed.event.id, I1);
     assert.equal(parsed.event.key, 'k');
     assert.deepEqual(parsed.event.payload, { a: 1 });
     assert.equal(parsed.event.version, null);
     assert.equal(parsed.event.destination, 'd', 'without txbox-destination, the name the consumer gave');
-    const named = parseKafkaMessage({ key: 'k', value: '1', headers: { 'txbox-id': 'i', 'txbox-type': 'T', 'txbox-destination': 'payments' } }, 'shop.orders');
+    const named = parseKafkaMessage({ key: 'k', value: '1', headers: { 'txbox-id': I1, 'txbox-type': 'T', 'txbox-destination': 'payments' } }, 'shop.orders');
     assert.ok(named.ok);
     assert.equal(named.event.destination, 'payments');
   });
@@ -109,6 +112,10 @@ describe('parseKafkaMessage', () => {
       [{ key: null, value: 'not json {', headers: { 'txbox-id': 'i', 'txbox-type': 'T' } }, /not valid JSON/],
       [{ key: null, value: '1', headers: { 'txbox-id': 'i', 'txbox-type': 'T', 'txbox-version': 'v9' } }, /txbox-version/],
       [{ key: null, value: '1', headers: { 'txbox-id': 'i', 'txbox-type': 'T', 'txbox-occurred-at': 'yesterday' } }, /txbox-occurred-at/],
+      // What the inbox could never store: named by field, rejected before any store sees it.
+      [{ key: null, value: '1', headers: { 'txbox-id': 'order-17', 'txbox-type': 'T' } }, /^id: "order-17" is not a UUID/],
+      [{ key: 'k\u0000', value: '1', headers: { 'txbox-id': I1, 'txbox-type': 'T' } }, /^key: contains a NUL/],
+      [{ key: 'k', value: '{"note":"\\u0000"}', headers: { 'txbox-id': I1, 'txbox-type': 'T' } }, /^payload\.note: contains/],
     ];
     for (const [message, expected] of cases) {
       const parsed = parseKafkaMessage(message as never);

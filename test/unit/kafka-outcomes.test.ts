@@ -68,12 +68,12 @@ describe('classifyKafkaError', () => {
     }
   });
 
-  it('retriable: connection refused (as sendBatch reports it: a non-retriable wrapper around a connection error), request timeouts', () => {
+  it('destination-down: connection refused (as sendBatch reports it: a non-retriable wrapper around a connection error); retriable: request timeouts', () => {
     const refused = new KafkaJSConnectionError('Connection error: connect ECONNREFUSED 127.0.0.1:9092', { broker: '127.0.0.1:9092', code: 'ECONNREFUSED' });
     const wrapped = new KafkaJSNonRetriableError(new KafkaJSNumberOfRetriesExceeded(refused, { retryCount: 2, retryTime: 1 }), { cause: refused });
     assert.equal(wrapped.retriable, false, 'kafkajs calls the wrapper non-retriable');
     const f = classifyKafkaError(wrapped);
-    assert.equal(f.kind, 'retriable');
+    assert.equal(f.kind, 'destination-down');
     assert.equal(f.setting, 'brokers');
     assert.match(f.reason, /ECONNREFUSED/);
     const timeout = new KafkaJSRequestTimeoutError('Request Produce(key: 0, version: 7) timed out', { broker: 'b:9092', correlationId: 1, createdAt: 0, sentAt: 0, pendingDuration: 0 });
@@ -99,7 +99,7 @@ describe('classifyKafkaError', () => {
   it('credentials and permissions name sasl; compression names compression', () => {
     for (const err of [protocol('SASL_AUTHENTICATION_FAILED'), protocol('ILLEGAL_SASL_STATE'), protocol('CLUSTER_AUTHORIZATION_FAILED'), new KafkaJSSASLAuthenticationError('SASL PLAIN authentication failed')]) {
       const f = classifyKafkaError(err);
-      assert.deepEqual([f.kind, f.scope, f.setting], ['permanent', 'call', 'sasl'], f.reason);
+      assert.deepEqual([f.kind, f.scope, f.setting], ['destination-down', 'call', 'sasl'], f.reason);
     }
     assert.equal(classifyKafkaError(asThrownBySend(protocol('UNSUPPORTED_COMPRESSION_TYPE'))).setting, 'compression');
   });

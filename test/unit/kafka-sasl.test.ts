@@ -116,12 +116,12 @@ describe('KafkaTransport with wrong SASL credentials (scripted broker)', () => {
     assert.ok(Date.now() - started < 5000, 'not retried for long');
   });
 
-  it('a publish without start() fails permanently, naming sasl', async () => {
+  it('a publish without start() is destination-down (refused credentials pause the destination), naming sasl', async () => {
     const transport = new KafkaTransport({ brokers: [address], sasl: { mechanism: 'scram-sha-512', username: 'relay', password: PASSWORD }, allowAutoTopicCreation: true });
     const [outcome] = await transport.publish([event()], AbortSignal.timeout(10_000));
     await transport.close();
     assert.ok(outcome && !outcome.ok);
-    assert.equal(outcome.error.kind, 'permanent');
+    assert.equal(outcome.error.kind, 'destination-down');
     assert.match(outcome.error.message, /sasl/);
     assert.doesNotMatch(outcome.error.message, new RegExp(PASSWORD));
   });

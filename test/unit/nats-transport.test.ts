@@ -175,7 +175,7 @@ describe('NatsTransport publish', () => {
   });
 
   it('classifies broker errors', async () => {
-    const cases: [string, Reply, 'retriable' | 'permanent', RegExp][] = [
+    const cases: [string, Reply, 'retriable' | 'permanent' | 'destination-down', RegExp][] = [
       ['timeout', new errors.TimeoutError(), 'retriable', /no JetStream ack .* within 100 ms \(publishTimeoutMs\)/],
       ['closed', new errors.ClosedConnectionError(), 'retriable', /closed or reconnecting/],
       ['leader election', apiError(503, 10008, 'JetStream system temporarily unavailable'), 'retriable', /temporarily unavailable .*10008/],
@@ -187,10 +187,10 @@ describe('NatsTransport publish', () => {
       [
         'permission',
         new RequestError('perm', { cause: new PermissionViolationError("Permissions Violation for Publish to 'txbox.orders'", 'publish', 'txbox.orders') }),
-        'permanent',
+        'destination-down',
         /permission denied.*txbox\.orders/,
       ],
-      ['auth', new errors.AuthorizationError('Authorization Violation'), 'retriable', /authorization failed/],
+      ['auth', new errors.AuthorizationError('Authorization Violation'), 'destination-down', /authorization failed/],
       ['unknown', new Error('boom'), 'retriable', /boom/],
     ];
     for (const [name, reply, kind, text] of cases) {

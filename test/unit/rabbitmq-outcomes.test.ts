@@ -17,7 +17,7 @@ function serverClose(code: number, name: string, text: string): Error {
   return Object.assign(new Error(`Channel closed by server: ${code} (${name}) with message "${text}"`), { code, classId: 60, methodId: 40 });
 }
 
-function expectFailure(o: PublishOutcome | undefined, kind: 'retriable' | 'permanent', text: RegExp): void {
+function expectFailure(o: PublishOutcome | undefined, kind: 'retriable' | 'permanent' | 'destination-down', text: RegExp): void {
   assert.ok(o && !o.ok, 'expected a failure');
   assert.equal(o.error.kind, kind, o.error.message);
   assert.match(o.error.message, text);
@@ -33,9 +33,9 @@ describe('channelClosedOutcome', () => {
     expectFailure(channelClosedOutcome(reason, { ...target, exchange: 'other' }, ''), 'retriable', /another message in flight/);
   });
 
-  it('403 ACCESS_REFUSED on the exchange is permanent and names the permission to grant', () => {
+  it('403 ACCESS_REFUSED on the exchange is destination-down and names the permission to grant', () => {
     const reason = closeReason(serverClose(403, 'ACCESS-REFUSED', "ACCESS_REFUSED - access to exchange 'orders-x' in vhost '/' refused for user 'relay'"));
-    expectFailure(channelClosedOutcome(reason, target, ''), 'permanent', /refused publishing to exchange "orders-x".*user in url write permission/);
+    expectFailure(channelClosedOutcome(reason, target, ''), 'destination-down', /refused publishing to exchange "orders-x".*user in url write permission/);
   });
 
   it('406 message size: permanent for bodies over the broker limit, retriable for the rest', () => {
@@ -170,12 +170,12 @@ describe('PublishCall', () => {
     assert.ok(performance.now() - started < 1000);
   });
 
-  it('an aborted signal or a channel that cannot open gives retriable outcomes', async () => {
+  it('an aborted signal gives retriable outcomes; a channel that cannot open (connection down) destination-down ones', async () => {
     const ac = new AbortController();
     const call = new PublishCall(ctx(async () => silent), [event('orders')], ac.signal).run();
     ac.abort();
     expectFailure((await call)[0], 'retriable', /aborted/);
     const [noChannel] = await new PublishCall(ctx(() => Promise.reject(new Error('not connected'))), [event('orders')], new AbortController().signal).run();
-    expectFailure(noChannel, 'retriable', /cannot open a confirm channel.*not connected/);
+    expectFailure(noChannel, 'destination-down', /cannot open a confirm channel.*not connected/);
   });
 });

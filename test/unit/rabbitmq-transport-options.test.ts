@@ -131,7 +131,8 @@ describe('encodeRabbitMqMessage / decodeRabbitMqMessage', () => {
     assert.deepEqual(decodeRabbitMqMessage(msg({ type: 'T' })), { ok: false, message: 'the message has no message-id property' });
     assert.deepEqual(decodeRabbitMqMessage(msg({ messageId: 'x' })), { ok: false, message: 'the message has no type property' });
     assert.deepEqual(decodeRabbitMqMessage(msg({ messageId: 'x', type: 'T' }, '{')), { ok: false, message: 'the body is not valid JSON' });
-    const bare = decodeRabbitMqMessage(msg({ messageId: 'x', type: 'T', timestamp: 1735787045 }));
+    assert.match((decodeRabbitMqMessage(msg({ messageId: 'x', type: 'T' })) as { message: string }).message, /^id: "x" is not a UUID/);
+    const bare = decodeRabbitMqMessage(msg({ messageId: event.id, type: 'T', timestamp: 1735787045 }));
     assert.ok(bare.ok);
     assert.equal(bare.event.destination, 'q');
     assert.equal(bare.event.version, null);

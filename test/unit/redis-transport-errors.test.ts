@@ -109,11 +109,34 @@ describe('RedisTransport error classification', () => {
     ['MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to no.', /MASTERDOWN/, undefined],
     ['NOREPLICAS Not enough good replicas to write.', /NOREPLICAS/, undefined],
     ['MOVED 3999 127.0.0.1:6381', /MOVED.*Cluster is not supported/, undefined],
-    ['NOAUTH Authentication required.', /NOAUTH.*password/, undefined],
-    ['WRONGPASS invalid username-password pair or user is disabled.', /WRONGPASS.*url, username or password/, undefined],
-    ["NOPERM this user has no permissions to run the 'xadd' command", /NOPERM.*\+xadd/, undefined],
     ['ERR max number of clients reached', /max number of clients/, undefined],
   ];
+  const destinationDown: [string, RegExp][] = [
+    ['NOAUTH Authentication required.', /NOAUTH.*password/],
+    ['WRONGPASS invalid username-password pair or user is disabled.', /WRONGPASS.*url, username or password/],
+    ["NOPERM this user has no permissions to run the 'xadd' command", /NOPERM.*\+xadd/],
+  ];
+  for (const [reply, text] of destinationDown) {
+    it(`${reply.split(' ')[0]} is destination-down (the relay pauses the destination instead of parking)`, async () => {
+      const { outcomes } = await publish(() => replyError(reply), [event(1)]);
+      const error = failure(outcomes[0]);
+      assert.equal(error.kind, 'destination-down');
+      assert.match(error.message, text);
+    });
+  }
+
+  it('an unreachable Redis is destination-down: refused, unknown host, offline and reconnecting', async () => {
+    const errors: Error[] = [
+      Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6390'), { code: 'ECONNREFUSED' }),
+      Object.assign(new Error('getaddrinfo ENOTFOUND redis.invalid'), { code: 'ENOTFOUND' }),
+      Object.assign(new Error('getaddrinfo EAI_AGAIN redis.internal'), { code: 'EAI_AGAIN' }),
+      new Error("Stream isn't writeable and enableOfflineQueue options is false"),
+    ];
+    for (const err of errors) {
+      const { outcomes } = await publish(() => err, [event(1)]);
+      assert.equal(failure(outcomes[0]).kind, 'destination-down', err.message);
+    }
+  });
   for (const [reply, text, retryAfterMs] of retriable) {
     it(`${reply.split(' ')[0]} is retriable${retryAfterMs ? ` after ${retryAfterMs} ms` : ''}`, async () => {
       const { outcomes } = await publish(() => replyError(reply), [event(1)]);
@@ -124,11 +147,10 @@ describe('RedisTransport error classification', () => {
     });
   }
 
-  it('connection failures are retriable: reset, closed, offline, max retries, timeouts', async () => {
+  it('a command cut off in flight is retriable: reset, closed, max retries, timeouts', async () => {
     const errors: Error[] = [
       Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }),
       new Error('Connection is closed.'),
-      new Error("Stream isn't writeable and enableOfflineQueue options is false"),
       Object.assign(new Error('Reached the max retries per request limit (which is 0). Refer to "maxRetriesPerRequest" option for details.'), { name: 'MaxRetriesPerRequestError' }),
       new Error('Command timed out'),
     ];

@@ -11,17 +11,23 @@ import { migrateInbox } from '../../stores/postgres/postgres-migrations.ts';
 
 export const inboxCommand: Command = {
   name: 'inbox',
-  summary: 'the consumer side: migrate, status, dead events (list, retry, discard), prune',
+  summary: 'the consumer side: migrate, status, dead events (list, retry, discard), held events (list, retry), prune',
   help: `Usage: txbox inbox migrate [--print]
        txbox inbox status [--json]
        txbox inbox dead list [--consumer C] [--limit N] [--json]
        txbox inbox dead retry   (--id ID ... | --all [--consumer C]) [--actor NAME]
        txbox inbox dead discard (--id ID ... | --all [--consumer C]) [--actor NAME]
+       txbox inbox held list [--consumer C] [--limit N] [--json]
+       txbox inbox held retry   (--id ID ... | --all [--consumer C]) [--actor NAME]
        txbox inbox prune --older-than DURATION
 
 status   processed, failed, held, dead and retry counts per consumer
-retry    marks dead events to run again; the consumer's inbox picks them up
+retry    marks dead (or held) events to run again; the consumer's inbox picks
+         them up (inbox.start()); a held event whose gap is still open is
+         held again
 discard  deletes dead events (a later redelivery would run the handler again)
+held     events waiting for an earlier version of their key (projection
+         gap), with the reason (e.g. "version 24 ... waits for version 23")
 prune    deletes processed rows older than DURATION: keep them longer than any
          broker may redeliver, or a late redelivery runs its handler again
 
@@ -49,11 +55,17 @@ Options:
       out(printMigrations(inboxNames({ schema: config.schema, table }), postgresInboxMigrations()));
       return 0;
     }
-    if (!action || !['migrate', 'status', 'dead', 'prune'].includes(action)) throw new CliError('inbox: choose migrate, status, dead or prune (see txbox inbox --help)');
+    if (!action || !['migrate', 'status', 'dead', 'held', 'prune'].includes(action)) throw new CliError('inbox: choose migrate, status, dead, held or prune (see txbox inbox --help)');
     if (action === 'dead' && !['list', 'retry', 'discard'].includes(sub ?? '')) throw new CliError('inbox dead: choose list, retry or discard');
+    if (action === 'held' && !['list', 'retry'].includes(sub ?? '')) throw new CliError('inbox held: choose list or retry');
     if (action === 'prune' && typeof flags['older-than'] !== 'string') throw new CliError('inbox prune: --older-than is required (e.g. --older-than 7d)');
     const olderThanMs = action === 'prune' ? parseDuration(flags['older-than'] as string, '--older-than') : 0;
-    const db = await openDatabase(inboxConfig, logger, false);
+    let limit = 100;
+    if (flags.limit !== undefined) {
+      limit = Number(flags.limit);
+      if (!Number.isSafeInteger(limit) || limit < 1) throw new CliError(`--limit ${String(flags.limit)}: must be a positive whole number, e.g. --limit 100`);
+    }
+    const db = await openDatabase(inboxConfig, logger, false, 'txbox inbox');
     try {
       if (action === 'migrate') {
         const applied = await migrateInbox(db.connection, db.names);
@@ -81,21 +93,29 @@ Options:
         return 0;
       }
       const consumer = typeof flags.consumer === 'string' ? flags.consumer : undefined;
+      if (sub === 'list' && action === 'held') {
+        const rows = await admin.listHeld({ ...(consumer ? { consumer } : {}), limit });
+        if (flags.json) out(JSON.stringify(rows, null, 2));
+        else if (rows.length === 0) out('no held events');
+        else for (const r of rows) out(`${r.id}  ${r.consumer}  ${r.type}  version=${r.version ?? '-'}  held since ${(r.heldAt ?? r.receivedAt).toISOString()}\n    ${r.lastError ?? ''}`);
+        return 0;
+      }
       if (sub === 'list') {
-        const rows = await admin.listDead({ ...(consumer ? { consumer } : {}), limit: Number(flags.limit ?? 100) });
+        const rows = await admin.listDead({ ...(consumer ? { consumer } : {}), limit });
         if (flags.json) out(JSON.stringify(rows, null, 2));
         else if (rows.length === 0) out('no dead events');
         else for (const r of rows) out(`${r.id}  ${r.consumer}  ${r.type}  attempts=${r.attempts}\n    ${r.lastError ?? ''}`);
         return 0;
       }
       const ids = (flags.id as string[] | undefined) ?? [];
-      if (ids.length === 0 && !flags.all) throw new CliError(`inbox dead ${sub}: name events with --id ID or choose --all`);
+      if (ids.length === 0 && !flags.all) throw new CliError(`inbox ${action} ${sub}: name events with --id ID or choose --all`);
       const bad = ids.find((id) => !isUuid(id));
       if (bad) throw new CliError(`--id: ${JSON.stringify(bad)} is not an event id (a UUID)`);
       const selector = ids.length > 0 ? { ids } : consumer ? { all: true as const, consumer } : { all: true as const };
       const actor = typeof flags.actor === 'string' ? flags.actor : userInfo().username;
-      const changed = sub === 'retry' ? await admin.retryDead(selector, actor) : await admin.discardDead(selector, actor);
-      out(`${sub === 'retry' ? 'queued for retry' : 'discarded'}: ${changed.length} dead event(s)`);
+      const changed =
+        action === 'held' ? await admin.retryHeld(selector, actor) : sub === 'retry' ? await admin.retryDead(selector, actor) : await admin.discardDead(selector, actor);
+      out(`${sub === 'retry' ? 'queued for retry' : 'discarded'}: ${changed.length} ${action} event(s)`);
       return ids.length > 0 && changed.length < ids.length ? 1 : 0;
     } finally {
       await db.connection.close();

@@ -27,7 +27,7 @@ Options:
       }
       return 0;
     }
-    const db = await openDatabase(config, logger, false);
+    const db = await openDatabase(config, logger, false, 'txbox migrate');
     try {
       const applied = await migratePostgres(db.connection, db.names);
       out(applied.length ? `applied ${applied.join(', ')} to ${db.names.outbox}` : `${db.names.outbox} is up to date`);

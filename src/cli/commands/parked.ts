@@ -43,7 +43,7 @@ Every change is written to the audit table with the actor (default: OS user).`,
     }
     const limit = flags.limit === undefined ? 100 : Number(flags.limit);
     if (!Number.isSafeInteger(limit) || limit <= 0) throw new CliError(`--limit ${String(flags.limit)}: must be a positive whole number, e.g. --limit 50`);
-    const db = await openDatabase(config, logger);
+    const db = await openDatabase(config, logger, true, 'txbox parked');
     try {
       const admin = new PostgresAdmin(db.connection, { schema: config.schema, table: config.table });
       if (action === 'list') {
@@ -52,7 +52,7 @@ Every change is written to the audit table with the actor (default: OS user).`,
         else if (rows.length === 0) out('no parked events');
         else {
           for (const r of rows) {
-            out(`${r.id}  ${r.type}  dest=${r.destination}  attempts=${r.attempts}  parked=${r.parkedAt.toISOString()}\n    ${r.lastError ?? ''}`);
+            out(`${r.id}  ${r.type}  dest=${r.destination}  key=${r.key}  attempts=${r.attempts}  parked=${r.parkedAt.toISOString()}\n    ${r.lastError ?? ''}`);
           }
         }
         return 0;

@@ -19,7 +19,7 @@ rows. Relays do this by themselves (--keep-published); use this for a one-off.`,
     const age = parseDuration(flags['older-than'], '--older-than');
     const batch = flags['batch-size'] === undefined ? 5000 : Number(flags['batch-size']);
     if (!Number.isSafeInteger(batch) || batch <= 0) throw new CliError(`--batch-size ${String(flags['batch-size'])}: must be a positive whole number, e.g. --batch-size 5000`);
-    const db = await openDatabase(config, logger);
+    const db = await openDatabase(config, logger, true, 'txbox prune');
     const progress = new Progress();
     try {
       const deleted = await new PostgresAdmin(db.connection, { schema: config.schema, table: config.table }).prune(age, batch, (n) =>

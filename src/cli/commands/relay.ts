@@ -3,7 +3,9 @@ import { openDatabase } from '../database.ts';
 import { createTransport } from '../transports.ts';
 import { CliError, configMessage } from '../cli-error.ts';
 import { ConfigError } from '../../core/errors.ts';
+import { parseDuration } from '../../core/duration.ts';
 import { createRelay } from '../../relay/relay.ts';
+import { defaultRelayId } from '../../relay/relay-options.ts';
 import { PostgresRelayStore } from '../../stores/postgres/postgres-relay-store.ts';
 
 /** `--keep-published` when not given: 24h. */
@@ -18,13 +20,21 @@ Claims pending events, publishes them, waits for acks, marks them published.
 Run as many as you like: they share the outbox by bucket leases and keep
 per-key order. SIGTERM or SIGINT stops it gracefully (exit 0).
 
+Once connected and holding its first leases it prints one line on stdout:
+  txbox relay ready: relay=<id> buckets=<n> transport=<type>
+Its database connections show as "txbox relay <id>" in pg_stat_activity
+(unless the database URL sets application_name).
+
 Options:
   --transport TYPE          http, kafka, rabbitmq, nats or redis
   --transport-url ADDRESS   broker address (or TXBOX_TRANSPORT_URL): kafka brokers or nats
                             servers, comma-separated; an amqp:// or redis:// URL. Other broker
                             options come from the config file's "transport" object
   --endpoint DEST=URL       http endpoint per destination (repeatable; or TXBOX_HTTP_ENDPOINTS)
-  --secret SECRET           Standard Webhooks signing secret (or TXBOX_WEBHOOK_SECRET)
+  --secret SECRET           Standard Webhooks signing secret (or TXBOX_WEBHOOK_SECRET); required
+                            for http: generate one with \`npx txbox secret\`
+  --unsigned                http without a secret: send unsigned requests on purpose (tests,
+                            trusted networks; logs a warning)
   --batch-size N            events per claim (default 500)
   --lanes N                 concurrent claim loops (default 2)
   --lease-ttl-ms MS         bucket lease length (default 30000)
@@ -33,12 +43,16 @@ Options:
   --skip-parked D1,D2       destinations whose parked events do not hold their key
   --keep-published DUR      retention of published rows, e.g. 24h, 7d, or off (default 24h)
   --delete-on-publish       delete rows when published (no replay; no retention needed)
-  --relay-id ID             name in leases and status (default host-pid-random)`,
+  --relay-id ID             name in leases and status (default host-pid-random)
+  --log-summary-interval DUR  how often the info summary line is logged (published, rate,
+                            backlog, parked, leases held), e.g. 30s, 5m, or off (default 1m).
+                            --log-level debug also logs one line per batch`,
   options: {
     transport: { type: 'string' },
     'transport-url': { type: 'string' },
     endpoint: { type: 'string', multiple: true },
     secret: { type: 'string' },
+    unsigned: { type: 'boolean' },
     'batch-size': { type: 'string' },
     lanes: { type: 'string' },
     'lease-ttl-ms': { type: 'string' },
@@ -48,10 +62,14 @@ Options:
     'keep-published': { type: 'string' },
     'delete-on-publish': { type: 'boolean' },
     'relay-id': { type: 'string' },
+    'log-summary-interval': { type: 'string' },
   },
-  async run({ flags, config, logger, signal }) {
+  async run({ flags, config, logger, signal, out }) {
     const transport = await createTransport(config.transport, logger);
-    const db = await openDatabase(config, logger);
+    // Named before the database opens: its connections carry `txbox relay <relay id>` in pg_stat_activity.
+    const relayId = typeof flags['relay-id'] === 'string' ? flags['relay-id'] : defaultRelayId();
+    // A bad id is reported by createRelay below, naming --relay-id; the connections then just say `txbox relay`.
+    const db = await openDatabase(config, logger, true, /^[\w.:@-]{1,120}$/.test(relayId) ? `txbox relay ${relayId}` : 'txbox relay');
     const r = config.relay;
     let relay;
     try {
@@ -59,7 +77,8 @@ Options:
         store: new PostgresRelayStore({ schema: config.schema, table: config.table, connection: db.connection, deleteOnPublish: r.deleteOnPublish ?? false }),
         transport,
         logger,
-        ...(typeof flags['relay-id'] === 'string' ? { relayId: flags['relay-id'] } : {}),
+        relayId,
+        ...logSummary(flags['log-summary-interval']),
         ...(r.batchSize !== undefined ? { batchSize: r.batchSize } : {}),
         ...(r.lanes !== undefined ? { lanes: r.lanes } : {}),
         ...(r.leaseTtlMs !== undefined ? { leaseTtlMs: r.leaseTtlMs } : {}),
@@ -81,6 +100,8 @@ Options:
       if (err instanceof ConfigError) throw new CliError(`transport.${err.field}: ${err.message.slice(err.field.length + 2)}`);
       throw err;
     }
+    // One line on stdout when ready (leases taken, transport connected): scripts wait for it instead of sleeping.
+    out(`txbox relay ready: relay=${relay.relayId} buckets=${relay.heldBuckets} transport=${config.transport?.type ?? 'none'}`);
     if (signal.aborted) logger.info({}, 'txbox relay: signal received during start');
     if (!signal.aborted) await new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
     logger.info({ relayId: relay.relayId }, 'txbox relay: stopping (signal received)');
@@ -89,3 +110,12 @@ Options:
     return 0;
   },
 };
+
+/** `--log-summary-interval`: a duration, or off. */
+function logSummary(flag: unknown): { logSummaryIntervalMs?: number } {
+  if (typeof flag !== 'string') return {};
+  if (flag === 'off') return { logSummaryIntervalMs: 0 };
+  const ms = parseDuration(flag, '--log-summary-interval');
+  if (ms < 1000) throw new CliError('--log-summary-interval: must be at least 1s, or off');
+  return { logSummaryIntervalMs: ms };
+}

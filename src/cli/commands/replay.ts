@@ -36,7 +36,7 @@ is required. TIME is ISO 8601 (2026-11-22T10:00:00Z); --from is inclusive,
     }
     for (const f of ['key', 'type', 'destination'] as const) if (typeof flags[f] === 'string') filter[f] = flags[f] as string;
     if (Object.keys(filter).length === 0) throw new CliError('replay: give at least one filter (--from, --to, --key, --type or --destination)');
-    const db = await openDatabase(config, logger);
+    const db = await openDatabase(config, logger, true, 'txbox replay');
     const progress = new Progress();
     try {
       const admin = new PostgresAdmin(db.connection, { schema: config.schema, table: config.table });

@@ -1,23 +1,32 @@
 import type { Command } from '../command.ts';
 import { openDatabase } from '../database.ts';
 import { fmt } from '../progress.ts';
-import { PostgresAdmin, type OutboxStatus } from '../../stores/postgres/postgres-admin.ts';
+import { PostgresAdmin, type DestinationCircuit, type DestinationStatus, type OutboxStatus, type RelayStatus } from '../../stores/postgres/postgres-admin.ts';
 
 export const statusCommand: Command = {
   name: 'status',
-  summary: 'backlog per destination, oldest pending age, in flight, parked, rate, relays, table health',
+  summary: 'backlog per destination, oldest pending age, in flight, parked, rate, relays (alive, expired, left), destinations down, table health',
   help: `Usage: txbox status [--json]
 
 Options:
   --json   print the status as JSON
 
+BEHIND PARKED counts pending events that wait behind a parked event of their
+key (txbox parked retry/skip/discard frees them). A relay is alive while its
+heartbeat is younger than its lease TTL, expired after that (killed, hung or
+cut off from the database; its leases have expired too), left once it stopped
+cleanly. Expired and left relays stay listed for 24 hours. "in flight" sums
+alive relays only.
+
 Exit code 0 when the database answered, whatever the backlog.`,
   options: { json: { type: 'boolean' } },
   async run({ flags, config, logger, out }) {
-    const db = await openDatabase(config, logger);
+    const db = await openDatabase(config, logger, true, 'txbox status');
     try {
-      const status = await new PostgresAdmin(db.connection, { schema: config.schema, table: config.table }).status();
-      out(flags.json ? JSON.stringify(status, null, 2) : renderStatus(db.names.outbox, status));
+      const admin = new PostgresAdmin(db.connection, { schema: config.schema, table: config.table });
+      const status = await admin.status();
+      const circuits = await admin.circuits();
+      out(flags.json ? JSON.stringify({ ...status, circuits }, null, 2) : `${renderStatus(db.names.outbox, status)}\n${renderCircuits(circuits)}`);
       return 0;
     } finally {
       await db.connection.close();
@@ -32,29 +41,58 @@ function age(seconds: number | null): string {
   return `${(seconds / 3600).toFixed(1)}h`;
 }
 
+/** The text status: one function per section, joined by blank lines. */
 export function renderStatus(table: string, s: OutboxStatus): string {
-  const lines = [`outbox ${table}`, ''];
+  return [`outbox ${table}`, renderTotals(s), renderDestinations(s.destinations), renderRelays(s.relays), renderTable(s.table)].join('\n\n');
+}
+
+function renderTotals(s: OutboxStatus): string {
   const pending = s.destinations.reduce((a, d) => a + d.pending, 0);
   const parked = s.destinations.reduce((a, d) => a + d.parked, 0);
-  lines.push(`pending ${fmt(pending)}   in flight ${fmt(s.inFlight)}   parked ${fmt(parked)}   published last minute ${fmt(s.publishedLastMinute)}`);
-  lines.push('');
-  lines.push(pad(['DESTINATION', 'PENDING', 'BACKING OFF', 'PARKED', 'OLDEST PENDING']));
-  for (const d of s.destinations) lines.push(pad([d.destination, fmt(d.pending), fmt(d.backingOff), fmt(d.parked), age(d.oldestPendingSeconds)]));
-  if (s.destinations.length === 0) lines.push('(no pending or parked events)');
-  lines.push('');
-  lines.push(pad(['RELAY', 'ALIVE', 'BUCKETS', 'IN FLIGHT', 'PER MINUTE', 'HEARTBEAT']));
-  for (const r of s.relays) lines.push(pad([r.relayId, r.alive ? 'yes' : 'no', String(r.buckets), fmt(r.inFlight), fmt(r.ratePerMinute), `${age(r.heartbeatAgeSeconds)} ago`]));
-  if (s.relays.length === 0) lines.push('(no relay has run)');
-  lines.push('');
-  const t = s.table;
-  const deadShare = t.liveRows + t.deadRows > 0 ? (100 * t.deadRows) / (t.liveRows + t.deadRows) : 0;
-  lines.push(
-    `table: ${(t.totalBytes / 1048576).toFixed(1)} MiB with indexes, ~${fmt(t.liveRows)} live rows, ~${fmt(t.deadRows)} dead (${deadShare.toFixed(0)}%), last autovacuum ${t.lastAutovacuum ? t.lastAutovacuum.toISOString() : 'never'}`,
-  );
+  return `pending ${fmt(pending)}   in flight ${fmt(s.inFlight)}   parked ${fmt(parked)}   published last minute ${fmt(s.publishedLastMinute)}`;
+}
+
+function renderDestinations(destinations: readonly DestinationStatus[]): string {
+  const widths = [34, 10, 12, 10, 16, 16];
+  const lines = [pad(widths, ['DESTINATION', 'PENDING', 'BACKING OFF', 'PARKED', 'BEHIND PARKED', 'OLDEST PENDING'])];
+  for (const d of destinations) lines.push(pad(widths, [d.destination, fmt(d.pending), fmt(d.backingOff), fmt(d.parked), fmt(d.blockedByParked), age(d.oldestPendingSeconds)]));
+  if (destinations.length === 0) lines.push('(no pending or parked events)');
   return lines.join('\n');
 }
 
-function pad(cols: string[]): string {
-  const widths = [34, 10, 12, 10, 16, 12];
+/** "alive, heartbeat 2.0s ago", "expired 3.0m ago", "left 10.0m ago". */
+export function relayState(r: RelayStatus): string {
+  if (r.state === 'alive') return `alive, heartbeat ${age(r.heartbeatAgeSeconds)} ago`;
+  return `${r.state} ${age(r.stateAgeSeconds)} ago`;
+}
+
+function renderRelays(relays: readonly RelayStatus[]): string {
+  const widths = [34, 30, 8, 10, 12];
+  const lines = [pad(widths, ['RELAY', 'STATE', 'BUCKETS', 'IN FLIGHT', 'PER MINUTE'])];
+  // A dead relay's last in-flight count and rate are history, not current: shown as '-'.
+  for (const r of relays) lines.push(pad(widths, [r.relayId, relayState(r), String(r.buckets), r.alive ? fmt(r.inFlight) : '-', r.alive ? fmt(r.ratePerMinute) : '-']));
+  if (relays.length === 0) lines.push('(no relay in the last 24 hours)');
+  else if (!relays.some((r) => r.alive)) lines.push('(no relay alive: pending events are not being published)');
+  return lines.join('\n');
+}
+
+function renderTable(t: OutboxStatus['table']): string {
+  const deadShare = t.liveRows + t.deadRows > 0 ? (100 * t.deadRows) / (t.liveRows + t.deadRows) : 0;
+  return `table: ${(t.totalBytes / 1048576).toFixed(1)} MiB with indexes, ~${fmt(t.liveRows)} live rows, ~${fmt(t.deadRows)} dead (${deadShare.toFixed(0)}%), last autovacuum ${t.lastAutovacuum ? t.lastAutovacuum.toISOString() : 'never'}`;
+}
+
+/** Destinations down: one line per (destination, relay) circuit open, from the relays' heartbeats. */
+export function renderCircuits(circuits: readonly DestinationCircuit[]): string {
+  if (circuits.length === 0) return 'destinations down: none (no circuit open)';
+  const lines = ['destinations down (circuit open: events wait pending, in order, attempts not counted):'];
+  for (const c of circuits) {
+    lines.push(
+      `  ${c.destination}: circuit open since ${c.openSince.toISOString()} (relay ${c.relayId}), reason ${c.reason}, next probe ${c.nextProbeAt.toISOString()}${c.failedProbes > 0 ? `, ${c.failedProbes} failed probes` : ''}`,
+    );
+  }
+  return lines.join('\n');
+}
+
+function pad(widths: readonly number[], cols: string[]): string {
   return cols.map((c, i) => c.padEnd(widths[i] ?? 12)).join(' ').trimEnd();
 }

@@ -195,7 +195,7 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
 
 async function openDemoDatabase(url: string | undefined, schema: string): Promise<{ db: PostgresConnection; label: string; close: (schema: string) => Promise<void> }> {
   if (url) {
-    const db = pgConnection({ connectionString: url, maxConnections: 12 });
+    const db = pgConnection({ connectionString: url, maxConnections: 12, applicationName: 'txbox demo' });
     try {
       await db.query('SELECT 1');
     } catch (err) {

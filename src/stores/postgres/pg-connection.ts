@@ -11,7 +11,24 @@ export interface PgConnectionOptions {
   readonly connectionString?: string;
   /** Pool size when txbox opens the pool. Default: 4. */
   readonly maxConnections?: number;
+  /**
+   * The `application_name` of the connections txbox opens, so that an
+   * operator finds them in `pg_stat_activity` (e.g. `txbox relay <relay id>`,
+   * `txbox consumer <name>`). An `application_name` parameter in
+   * `connectionString` wins. Not used with `pool` (set it on your pool).
+   * Longer than 63 characters is cut to 63, as PostgreSQL would. Default: `txbox`.
+   */
+  readonly applicationName?: string;
   readonly logger?: Logger;
+}
+
+/** PostgreSQL keeps at most 63 bytes of application_name and turns non-ASCII bytes into '?'. */
+function applicationName(name: string | undefined): string {
+  if (name === undefined) return 'txbox';
+  if (typeof name !== 'string' || !/^[\x20-\x7e]{1,}$/.test(name)) {
+    throw new ConfigError('applicationName', 'must be printable ASCII text, e.g. "txbox relay relay-1"');
+  }
+  return name.slice(0, 63);
 }
 
 /** Builds a PostgresConnection over a `pg` Pool (yours or one txbox opens). */
@@ -29,7 +46,8 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
       valid = false;
     }
     if (!valid) throw new ConfigError('databaseUrl', 'must be a postgres:// or postgresql:// URL, e.g. postgres://user@127.0.0.1:5432/app');
-    pool = new pg.Pool({ connectionString: options.connectionString, max: options.maxConnections ?? 4 });
+    // pg lets the URL's own parameters (application_name among them) override these.
+    pool = new pg.Pool({ connectionString: options.connectionString, max: options.maxConnections ?? 4, application_name: applicationName(options.applicationName) });
     owned = true;
   } else {
     throw new ConfigError('databaseUrl', 'is required: pass a pg Pool or a connection string (TXBOX_DATABASE_URL for the CLI)');

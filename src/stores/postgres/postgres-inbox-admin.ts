@@ -24,6 +24,13 @@ export interface DeadEvent {
   readonly receivedAt: Date;
 }
 
+export interface HeldEvent extends DeadEvent {
+  /** The event's version (null when the producer does not track one). */
+  readonly version: number | null;
+  /** When it was last held or re-checked (null: held before migration 002). */
+  readonly heldAt: Date | null;
+}
+
 const num = (v: unknown): number => Number(v ?? 0);
 
 /** Operations on an inbox table: status, dead events, retention. Used by `txbox inbox`. */
@@ -60,10 +67,25 @@ export class PostgresInboxAdmin {
   }
 
   async listDead(options: { consumer?: string; limit?: number } = {}): Promise<DeadEvent[]> {
+    return (await this.#list('dead', options)).map(({ version: _v, heldAt: _h, ...dead }) => dead);
+  }
+
+  /**
+   * Held events (waiting for an earlier version of their key), oldest first:
+   * `lastError` is the hold reason (`version 24 ... waits for version 23`),
+   * `version` the event's version, `heldAt` when it was last held or re-checked.
+   */
+  listHeld(options: { consumer?: string; limit?: number } = {}): Promise<HeldEvent[]> {
+    return this.#list('held', options);
+  }
+
+  async #list(status: 'dead' | 'held', options: { consumer?: string; limit?: number }): Promise<HeldEvent[]> {
+    const limit = options.limit ?? 100;
+    if (!Number.isSafeInteger(limit) || limit < 1) throw new ConfigError('limit', 'must be a positive integer, e.g. 100');
     const { rows } = await this.db.query<Record<string, unknown>>(
-      `SELECT consumer, event_id, type, key, attempts, last_error, received_at FROM ${this.names.outbox}
-       WHERE status = 'dead' AND ($1::text IS NULL OR consumer = $1) ORDER BY received_at LIMIT $2`,
-      [options.consumer ?? null, options.limit ?? 100],
+      `SELECT consumer, event_id, type, key, version, attempts, last_error, received_at, held_at FROM ${this.names.outbox}
+       WHERE status = $3 AND ($1::text IS NULL OR consumer = $1) ORDER BY received_at LIMIT $2`,
+      [options.consumer ?? null, limit, status],
     );
     return rows.map((r) => ({
       consumer: String(r.consumer),
@@ -73,32 +95,43 @@ export class PostgresInboxAdmin {
       attempts: num(r.attempts),
       lastError: (r.last_error as string | null) ?? null,
       receivedAt: r.received_at as Date,
+      version: r.version === null || r.version === undefined ? null : Number(r.version),
+      heldAt: (r.held_at as Date | null) ?? null,
     }));
   }
 
   /** Marks dead events for another run; the consumer's inbox picks them up (`inbox.start()` or `redrive()`). */
   retryDead(selector: { ids: readonly string[] } | { all: true; consumer?: string }, actor: string): Promise<string[]> {
-    return this.#act('retry', `UPDATE ${this.names.outbox} i SET status = 'retry', attempts = 0`, selector, actor);
+    return this.#act('retry', 'dead', `UPDATE ${this.names.outbox} i SET status = 'retry', attempts = 0`, selector, actor);
+  }
+
+  /**
+   * Marks held events to run again now; the consumer's inbox picks them up
+   * like operator retries (`inbox.start()` or `redrive()`): one whose missing
+   * version was applied is applied, one whose gap is still open is held again.
+   */
+  retryHeld(selector: { ids: readonly string[] } | { all: true; consumer?: string }, actor: string): Promise<string[]> {
+    return this.#act('retry-held', 'held', `UPDATE ${this.names.outbox} i SET status = 'retry'`, selector, actor);
   }
 
   /** Deletes dead events (their ids stay in the audit table); a later redelivery would run the handler again. */
   discardDead(selector: { ids: readonly string[] } | { all: true; consumer?: string }, actor: string): Promise<string[]> {
-    return this.#act('discard', `DELETE FROM ${this.names.outbox} i`, selector, actor);
+    return this.#act('discard', 'dead', `DELETE FROM ${this.names.outbox} i`, selector, actor);
   }
 
-  async #act(action: string, head: string, selector: { ids: readonly string[] } | { all: true; consumer?: string }, actor: string): Promise<string[]> {
+  async #act(action: string, status: 'dead' | 'held', head: string, selector: { ids: readonly string[] } | { all: true; consumer?: string }, actor: string): Promise<string[]> {
     const ids = 'ids' in selector ? [...selector.ids] : null;
     if (ids !== null && ids.length === 0) throw new ConfigError('ids', 'name at least one event id, or choose all');
     const consumer = 'all' in selector ? (selector.consumer ?? null) : null;
     const { rows } = await this.db.query<{ event_id: string }>(
       `WITH changed AS (
-         ${head} WHERE i.status = 'dead' AND ($1::uuid[] IS NULL OR i.event_id = ANY($1::uuid[])) AND ($2::text IS NULL OR i.consumer = $2)
+         ${head} WHERE i.status = $5 AND ($1::uuid[] IS NULL OR i.event_id = ANY($1::uuid[])) AND ($2::text IS NULL OR i.consumer = $2)
          RETURNING i.consumer, i.event_id, i.last_error
        ), audit AS (
          INSERT INTO ${this.names.audit} (action, consumer, event_id, actor, detail) SELECT $3, consumer, event_id, $4, last_error FROM changed
        )
        SELECT event_id FROM changed`,
-      [ids, consumer, action, actor],
+      [ids, consumer, action, actor, status],
     );
     return rows.map((r) => r.event_id);
   }

@@ -31,7 +31,13 @@ export interface VersionedUpsert {
   readonly prepare?: boolean;
 }
 
+/**
+ * What `applyVersioned` did. A stored NULL version means "never versioned"
+ * and counts as version 0: version 1 applies to it (`previous: null`), a
+ * later one is a gap from 1 (or is held).
+ */
 export type VersionedResult =
+  /** Written. `previous`: the stored version, null for a new row or a row never versioned. */
   | { readonly status: 'applied'; readonly previous: number | null }
   /** The row already has this version or a newer one: nothing written. */
   | { readonly status: 'stale'; readonly stored: number }
@@ -46,7 +52,7 @@ const ident = (field: string, name: string): string => {
 
 /**
  * Upserts a read-model row only when the event's version is newer than the
- * stored one (DESIGN.md invariant 9). Run it with the inbox handler's `tx`.
+ * stored one (docs/guarantees.md, invariant 9). Run it with the inbox handler's `tx`.
  * The row is locked while deciding, so concurrent handlers of one key serialize.
  *
  * @example
@@ -81,7 +87,7 @@ export async function applyVersioned(tx: SqlExecutor, u: VersionedUpsert): Promi
      up AS (
        INSERT INTO ${table} AS t (${insertCols}) VALUES (${selectValues})
        ON CONFLICT (${idCols.map((c) => q(c, 'id')).join(', ')}) DO UPDATE SET ${updates}
-         WHERE t.${vcol} < EXCLUDED.${vcol} AND (NOT ${holdParam} OR t.${vcol} = EXCLUDED.${vcol} - 1)
+         WHERE COALESCE(t.${vcol}, 0) < EXCLUDED.${vcol} AND (NOT ${holdParam} OR COALESCE(t.${vcol}, 0) = EXCLUDED.${vcol} - 1)
        RETURNING 1
      )
      SELECT (SELECT v FROM prev)::text AS stored, (SELECT count(*) FROM up)::int AS written`,
@@ -89,12 +95,32 @@ export async function applyVersioned(tx: SqlExecutor, u: VersionedUpsert): Promi
     u.prepare ?? true,
   );
   const row = rows[0] as { stored: string | null; written: number };
-  const stored = row.stored === null ? null : Number(row.stored);
-  if (stored !== null && u.version <= stored) return { status: 'stale', stored };
-  const expected = (stored ?? 0) + 1;
+  let stored = row.stored === null ? null : Number(row.stored);
+  if (row.written === 0 && stored === null) {
+    // Nothing was written although no version was seen: the row was inserted by another
+    // transaction after the lock (no row to lock then). Decide on what it holds now.
+    const { rows: now } = await tx.query(`SELECT ${vcol}::text AS v FROM ${table} WHERE ${where}`, idCols.map((c) => u.id[c]));
+    const v = (now[0] as { v: string | null } | undefined)?.v ?? null;
+    stored = v === null ? null : Number(v);
+  }
+  return decide(u, stored, row.written > 0, hold);
+}
+
+/**
+ * What happened, from the stored version (null: no row, or a row never
+ * versioned, which counts as version 0) and whether the upsert wrote.
+ */
+function decide(u: VersionedUpsert, stored: number | null, written: boolean, hold: boolean): VersionedResult {
+  const base = stored ?? 0;
+  if (!written && u.version <= base) return { status: 'stale', stored: base };
+  const expected = base + 1;
   const gap = u.version > expected;
   if (gap && hold) {
     throw new HoldEvent(`version ${u.version} of ${u.table} ${JSON.stringify(u.id)} waits for version ${expected}`);
+  }
+  if (!written) {
+    // Unreachable by the statement's own conditions; say so rather than claim a write.
+    throw new Error(`applyVersioned: ${u.table} ${JSON.stringify(u.id)} version ${u.version} was not written (stored ${String(stored)})`);
   }
   return gap ? { status: 'gap', stored, missing: [expected, u.version - 1] } : { status: 'applied', previous: stored };
 }

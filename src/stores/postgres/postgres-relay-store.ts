@@ -1,3 +1,5 @@
+import { performance } from 'node:perf_hooks';
+import { ConfigError } from '../../core/errors.ts';
 import type { StoredEvent } from '../../core/envelope.ts';
 import type { BucketLease, ClaimOptions, Completion, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
 import { pruneOnce } from './postgres-admin.ts';
@@ -7,9 +9,11 @@ import {
   claimSql,
   completeSql,
   heartbeatSql,
+  holdSql,
   leaseSql,
   leaveSql,
   postgresNames,
+  releaseHeldSql,
   releaseSql,
   type PostgresNames,
   type PostgresNamesOptions,
@@ -23,6 +27,12 @@ export interface PostgresRelayStoreOptions extends PostgresNamesOptions {
    * `txbox replay` until retention removes them. Default: false.
    */
   readonly deleteOnPublish?: boolean;
+  /**
+   * How often the claim first releases rows held behind a row that no longer
+   * blocks them (left by a statement of an older txbox, see migration 005).
+   * Default: 30000 ms.
+   */
+  readonly releaseHeldEveryMs?: number;
 }
 
 interface EventRow {
@@ -73,13 +83,34 @@ export function rowToEvent(r: EventRow): StoredEvent {
   };
 }
 
-const OUTCOME_CODE = { published: 0, retry: 1, park: 2 } as const;
+function resolveReleaseHeldEveryMs(value: number | undefined): number {
+  if (value === undefined) return 30_000;
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new ConfigError('releaseHeldEveryMs', `must be a whole number of milliseconds >= 0, got ${String(value)}`);
+  }
+  return value;
+}
+
+const OUTCOME_CODE = { published: 0, retry: 1, park: 2, defer: 3 } as const;
 
 /** The relay side of a PostgreSQL or PGlite outbox table. */
 export class PostgresRelayStore implements RelayStore {
   readonly names: PostgresNames;
   readonly #db: PostgresConnection;
-  readonly #sql: { heartbeat: string; lease: string; release: string; leave: string; claim: string; complete: string };
+  readonly #sql: {
+    heartbeat: string;
+    lease: string;
+    release: string;
+    leave: string;
+    claim: string;
+    complete: string;
+    hold: string;
+    releaseHeld: string;
+  };
+  readonly #releaseHeldEveryMs: number;
+  /** The destinations whose parked events do not block, as the relay's claims give them. */
+  #skip: readonly string[] = [];
+  #releasedHeldAt = Number.NEGATIVE_INFINITY;
   readonly #names: { claim: string };
   readonly #waiters = new Set<() => void>();
   #unlisten: (() => Promise<void>) | undefined;
@@ -96,15 +127,18 @@ export class PostgresRelayStore implements RelayStore {
       leave: leaveSql(this.names),
       claim: claimSql(this.names),
       complete: completeSql(this.names, options.deleteOnPublish ?? false),
+      hold: holdSql(this.names),
+      releaseHeld: releaseHeldSql(this.names),
     };
+    this.#releaseHeldEveryMs = resolveReleaseHeldEveryMs(options.releaseHeldEveryMs);
     // The claim's outer statement (a call of the claim function, which plans its query per
     // call) runs prepared. The complete statement is planned per call: a generic plan cannot
-    // see the batch size or the table's growth, and drained 20-40% slower (docs/performance.md).
+    // see the batch size or the table's growth, and drained 20-40% slower (docs/performance-notes.md, finding 7).
     this.#names = { claim: statementName(this.#sql.claim) };
   }
 
   async heartbeat(relay: RelayHeartbeat, ttlMs: number) {
-    const { rows } = await this.#db.query<{ live: number; bucket_count: number }>(this.#sql.heartbeat, [
+    const { rows } = await this.#db.query<{ live: number; bucket_count: number; next_foreign_expiry_ms: number | null }>(this.#sql.heartbeat, [
       relay.relayId,
       relay.host,
       relay.pid,
@@ -112,8 +146,10 @@ export class PostgresRelayStore implements RelayStore {
       relay.publishedTotal,
       relay.ratePerMinute,
       ttlMs,
+      JSON.stringify(relay.circuits ?? []),
     ]);
-    return { liveRelays: rows[0]!.live, bucketCount: rows[0]!.bucket_count };
+    const r = rows[0]!;
+    return { liveRelays: r.live, bucketCount: r.bucket_count, nextForeignExpiryMs: r.next_foreign_expiry_ms === null ? null : Number(r.next_foreign_expiry_ms) };
   }
 
   async lease(relayId: string, held: readonly BucketLease[], acquire: number, ttlMs: number): Promise<BucketLease[]> {
@@ -132,12 +168,27 @@ export class PostgresRelayStore implements RelayStore {
     await this.#db.query(this.#sql.release, [relayId, leases.map((l) => l.bucket), leases.map((l) => l.token)]);
   }
 
+  /** Pending and parked events: one pass over the open rows (the partial index of pending and parked rows), for the relay's log summary. */
+  async backlog(): Promise<{ pending: number; parked: number }> {
+    const { rows } = await this.#db.query<{ pending: string; parked: string }>(
+      `SELECT count(*) FILTER (WHERE state = 'pending') AS pending, count(*) FILTER (WHERE state = 'parked') AS parked
+       FROM ${this.names.outbox} WHERE state IN ('pending', 'parked')`,
+    );
+    return { pending: Number(rows[0]!.pending), parked: Number(rows[0]!.parked) };
+  }
+
   async leave(relayId: string): Promise<void> {
     await this.#db.query(this.#sql.leave, [relayId]);
   }
 
   async claim(leases: readonly BucketLease[], options: ClaimOptions): Promise<StoredEvent[]> {
     if (leases.length === 0) return [];
+    this.#skip = options.skipParkedDestinations;
+    const now = performance.now();
+    if (now - this.#releasedHeldAt >= this.#releaseHeldEveryMs) {
+      this.#releasedHeldAt = now;
+      await this.releaseHeld();
+    }
     const { rows } = await this.#db.query<EventRow>(this.#sql.claim, [
       leases.map((l) => l.bucket),
       options.limit,
@@ -158,13 +209,32 @@ export class PostgresRelayStore implements RelayStore {
       seqs.push(c.seq);
       tokens.push(c.token);
       outcomes.push(OUTCOME_CODE[c.outcome]);
-      delays.push(c.outcome === 'retry' ? Math.min(c.delayMs, 2 ** 31 - 1) : 0);
+      delays.push(c.outcome === 'retry' || c.outcome === 'defer' ? Math.min(c.delayMs, 2 ** 31 - 1) : 0);
       errors.push(c.outcome === 'published' ? null : c.error.slice(0, 2000));
       routes.push(c.outcome === 'published' ? '' : (c.routesAcked ?? []).join(','));
     }
-    const { rows } = await this.#db.query<{ applied: number }>(this.#sql.complete, [relayId, seqs, tokens, outcomes, delays, errors, routes]);
-    const applied = rows[0]!.applied;
+    const params = [relayId, seqs, tokens, outcomes, delays, errors, routes];
+    const failed = completions.filter((c) => c.outcome !== 'published').map((c) => c.seq);
+    const applied = (await this.#db.query<{ applied: number }>(this.#sql.complete, params)).rows[0]!.applied;
+    if (failed.length > 0) {
+      // Holds the rows queued behind the events that now back off or park, after the
+      // complete statement committed: at the start of an outage this can update many rows,
+      // and must not keep the lease rows the complete statement share-locks, which the
+      // lease renewal waits for. Holding only spares the claim work: if it fails, or a
+      // blocker ends while it runs, the claim's own check still keeps order, and
+      // `releaseHeld` frees what it held too late.
+      await this.#db.query(this.#sql.hold, [failed, this.#skip]).catch(() => {});
+    }
     return { applied, rejected: completions.length - applied };
+  }
+
+  /**
+   * Releases rows held behind rows that no longer block them (see migration
+   * 005). The claim runs it every `releaseHeldEveryMs`; returns the rows released.
+   */
+  async releaseHeld(): Promise<number> {
+    const { rows } = await this.#db.query<{ released: number }>(this.#sql.releaseHeld, [this.#skip]);
+    return rows[0]!.released;
   }
 
   prune(olderThanMs: number, limit: number): Promise<number> {

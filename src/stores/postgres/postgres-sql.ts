@@ -23,6 +23,10 @@ export interface PostgresNames {
   readonly migrations: string;
   readonly fenceSeq: string;
   readonly claimFn: string;
+  /** Holds the rows queued behind new blockers (migration 005). */
+  readonly holdFn: string;
+  /** Releases rows held by rows that no longer block (migration 005). */
+  readonly releaseHeldFn: string;
   /** The LISTEN/NOTIFY channel. */
   readonly channel: string;
   /** Suffixed, quoted table name for migration templates. */
@@ -44,6 +48,8 @@ export function postgresNames(options: PostgresNamesOptions = {}, field = ''): P
     migrations: q('_migrations'),
     fenceSeq: q('_fence_seq'),
     claimFn: q('_claim'),
+    holdFn: q('_hold'),
+    releaseHeldFn: q('_release_held'),
     channel: long.length <= 63 ? long : `txbox_${table}`,
     suffixed: (suffix: string) => quoteIdent(checkIdentifier('migration suffix', table + suffix)),
   });
@@ -82,20 +88,28 @@ export function insertEventsSql(n: PostgresNames, notify: boolean, ignoreDuplica
 SELECT (SELECT count(*) FROM notified)::int AS notified`;
 }
 
-/** $1 relay id, $2 host, $3 pid, $4 in flight, $5 published total, $6 rate, $7 ttl ms. */
+/**
+ * $1 relay id, $2 host, $3 pid, $4 in flight, $5 published total, $6 rate, $7 ttl ms, $8 open circuits (JSON array).
+ * A heartbeat makes a relay that had left alive again (same relay id), and
+ * deletes rows of relays that left or stopped heartbeating over 24 hours ago.
+ * Also returns when the first lease of another relay runs out (bucket leases are few: 256 rows).
+ */
 export function heartbeatSql(n: PostgresNames): string {
   return `WITH up AS (
-  INSERT INTO ${n.relays} AS r (relay_id, host, pid, in_flight, published_total, rate_per_minute)
-  VALUES ($1, $2, $3, $4, $5, $6)
+  INSERT INTO ${n.relays} AS r (relay_id, host, pid, in_flight, published_total, rate_per_minute, lease_ttl_ms, circuits)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)
   ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = now(), in_flight = EXCLUDED.in_flight,
-    published_total = EXCLUDED.published_total, rate_per_minute = EXCLUDED.rate_per_minute
+    published_total = EXCLUDED.published_total, rate_per_minute = EXCLUDED.rate_per_minute,
+    host = EXCLUDED.host, pid = EXCLUDED.pid, lease_ttl_ms = EXCLUDED.lease_ttl_ms, left_at = NULL, circuits = EXCLUDED.circuits
   RETURNING 1
 ), gone AS (
-  DELETE FROM ${n.relays} WHERE heartbeat_at < now() - interval '1 day'
+  DELETE FROM ${n.relays} WHERE coalesce(left_at, heartbeat_at) < now() - interval '24 hours'
 )
 SELECT 1 + (SELECT count(*) FROM ${n.relays}
-            WHERE relay_id <> $1 AND heartbeat_at > now() - $7 * interval '1 millisecond')::int AS live,
+            WHERE relay_id <> $1 AND left_at IS NULL AND heartbeat_at > now() - $7 * interval '1 millisecond')::int AS live,
        (SELECT count(*) FROM ${n.buckets})::int AS bucket_count,
+       (SELECT ceil(extract(epoch FROM min(lease_until) - now()) * 1000) FROM ${n.buckets}
+        WHERE lease_until > now() AND owner IS DISTINCT FROM $1)::float8 AS next_foreign_expiry_ms,
        (SELECT count(*) FROM up)::int AS up`;
 }
 
@@ -137,12 +151,12 @@ FROM unnest($2::smallint[], $3::bigint[]) AS h(bucket, token)
 WHERE b.bucket = h.bucket AND b.token = h.token AND b.owner = $1`;
 }
 
-/** $1 relay id. */
+/** $1 relay id. The row stays, marked left (for `txbox status`), until the heartbeat's cleanup removes it after 24 hours. */
 export function leaveSql(n: PostgresNames): string {
   return `WITH freed AS (
   UPDATE ${n.buckets} SET owner = NULL, lease_until = NULL WHERE owner = $1 RETURNING 1
 )
-DELETE FROM ${n.relays} WHERE relay_id = $1`;
+UPDATE ${n.relays} SET left_at = now(), in_flight = 0, rate_per_minute = 0 WHERE relay_id = $1`;
 }
 
 /**
@@ -154,7 +168,8 @@ export function claimSql(n: PostgresNames): string {
 }
 
 /**
- * $1 relay id, $2 seqs, $3 tokens, $4 outcomes (0 published, 1 retry, 2 park),
+ * $1 relay id, $2 seqs, $3 tokens, $4 outcomes (0 published, 1 retry, 2 park,
+ * 3 defer: destination down, pending again after the delay without counting an attempt),
  * $5 retry delays ms, $6 errors, $7 routes acked (comma-joined). Fenced: applies only rows whose bucket the
  * relay still holds under the same token, with the lease unexpired by the
  * database clock; the lease rows are share-locked so that no other relay can
@@ -170,14 +185,16 @@ export function claimSql(n: PostgresNames): string {
 const FENCED = `((o.bucket::bigint << 48) | i.token) = ANY ((SELECT pairs FROM fenced)::bigint[])`;
 
 export function completeSql(n: PostgresNames, deleteOnPublish: boolean): string {
+  // `blocker`: the row was backing off (it failed before: next_attempt_at set, so attempts >= 1
+  // before this publish), so rows may be held behind it (migration 005).
   const published = deleteOnPublish
     ? `DELETE FROM ${n.outbox} o USING input i
   WHERE i.outcome = 0 AND o.seq = i.seq AND o.state = 'pending' AND ${FENCED}
-  RETURNING 1`
+  RETURNING o.seq, o.next_attempt_at IS NOT NULL AS blocker`
     : `UPDATE ${n.outbox} o SET state = 'published', done_at = now(), attempts = o.attempts + 1, next_attempt_at = NULL
   FROM input i
   WHERE i.outcome = 0 AND o.seq = i.seq AND o.state = 'pending' AND ${FENCED}
-  RETURNING 1`;
+  RETURNING o.seq, o.attempts > 1 AS blocker`;
   return `WITH input AS (
   SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::smallint[], $5::integer[], $6::text[], $7::text[])
     AS i(seq, token, outcome, delay_ms, error, routes)
@@ -193,15 +210,43 @@ export function completeSql(n: PostgresNames, deleteOnPublish: boolean): string 
 ), failed AS (
   UPDATE ${n.outbox} o SET
     state = CASE WHEN i.outcome = 2 THEN 'parked' ELSE 'pending' END,
-    attempts = o.attempts + 1,
+    attempts = o.attempts + CASE WHEN i.outcome = 3 THEN 0 ELSE 1 END,
     last_error = i.error,
-    next_attempt_at = CASE WHEN i.outcome = 1 THEN now() + i.delay_ms * interval '1 millisecond' END,
+    next_attempt_at = CASE WHEN i.outcome IN (1, 3) THEN now() + i.delay_ms * interval '1 millisecond' END,
     parked_at = CASE WHEN i.outcome = 2 THEN now() ELSE o.parked_at END,
     routes_done = CASE WHEN i.routes = '' THEN o.routes_done
       ELSE ARRAY(SELECT DISTINCT r FROM unnest(o.routes_done || string_to_array(i.routes, ',')) AS r ORDER BY r) END
   FROM input i
   WHERE i.outcome <> 0 AND o.seq = i.seq AND o.state = 'pending' AND ${FENCED}
   RETURNING 1
+), released AS (
+  ${releaseHeldBy(n, `ARRAY(SELECT seq FROM published WHERE blocker)`, `AND h.seq <> ALL($2::bigint[])`)}
 )
 SELECT (SELECT count(*) FROM published)::int + (SELECT count(*) FROM failed)::int AS applied`;
+}
+
+/**
+ * The UPDATE that releases the pending rows held behind `blockers` (a bigint[]
+ * expression), for the statements that end a blocker: publish, and the CLI's
+ * parked retry, skip and discard. It runs in the statement that ends the
+ * blocker, so a crash cannot leave one without the other. Empty and cheap
+ * when nothing is held (a partial index of held rows only).
+ */
+export function releaseHeldBy(n: PostgresNames, blockers: string, and = ''): string {
+  return `UPDATE ${n.outbox} h SET held_by = NULL
+  WHERE h.held_by = ANY(${blockers}) AND h.state = 'pending' ${and}
+  RETURNING 1`;
+}
+
+/**
+ * $1 seqs that just backed off or parked, $2 destinations whose parked events do not block.
+ * Holds the rows queued behind them; runs after the complete statement, on its own.
+ */
+export function holdSql(n: PostgresNames): string {
+  return `SELECT ${n.holdFn}($1::bigint[], $2::text[]) AS held`;
+}
+
+/** $1 destinations whose parked events do not block. Releases rows held by rows that no longer block. */
+export function releaseHeldSql(n: PostgresNames): string {
+  return `SELECT ${n.releaseHeldFn}($1::text[]) AS released`;
 }

@@ -18,7 +18,7 @@ export interface WebhookConsumerOptions extends Omit<WebhookReceiverOptions, 'on
  * 204 without running the handler again.
  *
  * @example
- * const consumer = createWebhookConsumer({ inbox, secret: process.env.WEBHOOK_SECRET });
+ * const consumer = createWebhookConsumer({ inbox, secret: process.env.WEBHOOK_SECRET }); // unset throws
  * const { url } = await consumer.listen({ port: 8080 });
  */
 export function createWebhookConsumer(options: WebhookConsumerOptions): WebhookReceiver {
@@ -27,7 +27,12 @@ export function createWebhookConsumer(options: WebhookConsumerOptions): WebhookR
   return createWebhookReceiver({
     ...receiver,
     onEvent: async (event) => {
-      if (queue) return queue.receive([event]);
+      if (queue) {
+        // The parser refused what the inbox can never hold (400); a refusal left is PostgreSQL's: 500, the sender retries and parks it.
+        const [refused] = await queue.receive([event]);
+        if (refused) throw new Error(refused.reason);
+        return;
+      }
       const outcome = await inbox!.process(event);
       if (outcome.status === 'retry') throw new Error(`handler failed (attempt ${outcome.attempts}); retry`);
     },

@@ -5,6 +5,7 @@
  * follow the same shape can be received too.
  */
 import type { OutboxEvent } from '../../core/envelope.ts';
+import { checkedInbound } from '../../core/inbound-event.ts';
 
 export type ParsedEnvelope = { readonly ok: true; readonly event: OutboxEvent } | { readonly ok: false; readonly message: string };
 
@@ -40,21 +41,18 @@ export function parseEnvelope(body: Buffer | string): ParsedEnvelope {
   if (Number.isNaN(occurredAt.getTime())) return bad('"occurredAt" must be an ISO 8601 date');
   const aggregateType = (v.aggregateType as string | undefined) ?? '';
   const aggregateId = (v.aggregateId as string | undefined) ?? '';
-  return {
-    ok: true,
-    event: {
-      id: v.id,
-      type: v.type,
-      aggregateType,
-      aggregateId,
-      key: (v.key as string | undefined) ?? `${aggregateType}:${aggregateId}`,
-      destination: (v.destination as string | undefined) ?? '',
-      payload: v.payload === undefined ? null : v.payload,
-      headers: headers as Record<string, string>,
-      occurredAt,
-      version: (v.version as number | null | undefined) ?? null,
-    },
-  };
+  return checkedInbound({
+    id: v.id,
+    type: v.type,
+    aggregateType,
+    aggregateId,
+    key: (v.key as string | undefined) ?? `${aggregateType}:${aggregateId}`,
+    destination: (v.destination as string | undefined) ?? '',
+    payload: v.payload === undefined ? null : v.payload,
+    headers: headers as Record<string, string>,
+    occurredAt,
+    version: (v.version as number | null | undefined) ?? null,
+  });
 }
 
 function bad(message: string): ParsedEnvelope {

@@ -5,10 +5,22 @@
  * the secret.
  */
 import { STATUS_CODES, type IncomingHttpHeaders } from 'node:http';
-import { TransportError } from '../../core/errors.ts';
+import { TransportError, type TransportErrorKind } from '../../core/errors.ts';
 import type { PublishOutcome } from '../../core/ports.ts';
 
 export const ACK: PublishOutcome = Object.freeze({ ok: true });
+
+/**
+ * Statuses that say the endpoint as a whole is unusable, not this event: a
+ * wrong or rotated credential (401, 403) or a wrong URL (404). The relay
+ * pauses the destination (circuit breaker) instead of parking every key.
+ */
+export function isDestinationDownStatus(status: number): boolean {
+  return status === 401 || status === 403 || status === 404;
+}
+
+/** Network errors that mean nothing answers at the endpoint's address: refused, unknown host, DNS unavailable. */
+const DESTINATION_DOWN_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN']);
 
 /** Statuses worth retrying: the receiver is slow, overloaded, or asks to try later. */
 export function isRetriableStatus(status: number): boolean {
@@ -69,6 +81,10 @@ export function failedResponse(r: ResponseContext): PublishOutcome {
       `${head}${location ? ` to ${location}` : ''}: redirects are not followed; set endpoints.${r.destination} to the final URL`,
     );
   }
+  if (isDestinationDownStatus(r.status)) {
+    const fix = r.status === 404 ? `check endpoints.${r.destination}` : 'check the secret and credentials the receiver expects';
+    return fail('destination-down', `${head} (destination down: ${fix})${tail}`);
+  }
   if (r.status >= 400 && r.status < 500 && !isRetriableStatus(r.status)) {
     return fail('permanent', `${head}${tail}`);
   }
@@ -78,12 +94,16 @@ export function failedResponse(r: ResponseContext): PublishOutcome {
   return fail('retriable', `${head}${unexpected}${after}${tail}`, undefined, retryAfterMs);
 }
 
-/** Classifies a request that got no answer: refused, reset, TLS failure, DNS failure. All retriable. */
+/**
+ * Classifies a request that got no answer. Refused and DNS failures
+ * (ECONNREFUSED, ENOTFOUND, EAI_AGAIN) are destination-down; resets, TLS
+ * failures and the rest are retriable.
+ */
 export function networkFailure(err: unknown, endpoint: string): PublishOutcome {
   const e = err as NodeJS.ErrnoException;
   const code = typeof e?.code === 'string' ? e.code : 'ERROR';
   const detail = e instanceof Error ? e.message : String(err);
-  return fail('retriable', `${code}: POST ${endpoint} failed (${detail})`, err);
+  return fail(DESTINATION_DOWN_CODES.has(code) ? 'destination-down' : 'retriable', `${code}: POST ${endpoint} failed (${detail})`, err);
 }
 
 export function timeoutFailure(endpoint: string, timeoutMs: number): PublishOutcome {
@@ -94,7 +114,7 @@ export function abortedFailure(endpoint: string): PublishOutcome {
   return fail('retriable', `aborted: POST ${endpoint} was cancelled by the caller's signal before an answer`);
 }
 
-export function fail(kind: 'retriable' | 'permanent', message: string, cause?: unknown, retryAfterMs?: number): PublishOutcome {
+export function fail(kind: TransportErrorKind, message: string, cause?: unknown, retryAfterMs?: number): PublishOutcome {
   const options: { cause?: unknown; retryAfterMs?: number } = {};
   if (cause !== undefined) options.cause = cause;
   if (retryAfterMs !== undefined) options.retryAfterMs = retryAfterMs;

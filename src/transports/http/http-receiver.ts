@@ -9,7 +9,7 @@ import type { OutboxEvent } from '../../core/envelope.ts';
 import { ConfigError } from '../../core/errors.ts';
 import { silentLogger, type Logger } from '../../core/logger.ts';
 import { parseEnvelope } from './http-envelope.ts';
-import { verifyWebhook, webhookKey, type WebhookSecret } from './webhook-signature.ts';
+import { missingSecretError, verifyWebhook, webhookKey, type WebhookSecret } from './webhook-signature.ts';
 
 /** What `onEvent` learns about the request besides the event. */
 export interface WebhookContext {
@@ -17,7 +17,7 @@ export interface WebhookContext {
   readonly webhookId: string | null;
   /** `webhook-timestamp` in Unix seconds when the signature was verified, else null. */
   readonly timestamp: number | null;
-  /** True when a secret is configured and the signature matched. */
+  /** True when a secret is configured and the signature matched (false only with `allowUnsigned: true`). */
   readonly verified: boolean;
   readonly headers: IncomingHttpHeaders;
   /** Aborted when the sender disconnects before the answer (its request timed out): it will retry. */
@@ -33,10 +33,16 @@ export interface WebhookContext {
 export interface WebhookReceiverOptions {
   /**
    * The secret shared with the sender (several during a rotation). Requests
-   * without a valid signature and timestamp are answered 401. Default: none,
-   * which accepts unsigned requests: only for tests and trusted networks.
+   * without a valid signature and timestamp are answered 401. Required unless
+   * `allowUnsigned` is true: a missing secret (say, an unset environment
+   * variable) throws. Generate one with `npx txbox secret`.
    */
-  readonly secret?: WebhookSecret | readonly WebhookSecret[];
+  readonly secret?: WebhookSecret | readonly WebhookSecret[] | undefined;
+  /**
+   * Accepts requests without checking any signature when no `secret` is
+   * given. Only for tests and trusted networks. Default: false (no secret throws).
+   */
+  readonly allowUnsigned?: boolean;
   /** How far `webhook-timestamp` may be from the receiver's clock, either way. Default: 300 seconds. */
   readonly toleranceSeconds?: number;
   /** Largest accepted body; larger ones are answered 413. Default: 1048576 (1 MiB). */
@@ -85,6 +91,9 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
   }
   const tolerance = int('toleranceSeconds', options.toleranceSeconds, 300, 1);
   const maxBodyBytes = int('maxBodyBytes', options.maxBodyBytes, 1_048_576, 1);
+  const allowUnsigned = options.allowUnsigned ?? false;
+  if (typeof allowUnsigned !== 'boolean') throw new ConfigError('allowUnsigned', 'must be true or false');
+  if (options.secret === undefined && !allowUnsigned) throw missingSecretError('receiver');
   const secrets = options.secret === undefined ? null : toKeys(options.secret);
   const logger = options.logger ?? silentLogger;
   const { onEvent } = options;

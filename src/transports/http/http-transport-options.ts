@@ -6,7 +6,7 @@ import { urlToHttpOptions } from 'node:url';
 import { ConfigError } from '../../core/errors.ts';
 import { ceHeaderValue, isValidHeaderValue, staticHeaderProblem } from './http-headers.ts';
 import { redactUrl } from './http-outcomes.ts';
-import { webhookKey, type WebhookSecret } from './webhook-signature.ts';
+import { missingSecretError, webhookKey, type WebhookSecret } from './webhook-signature.ts';
 
 /** TLS settings for https endpoints, passed to the https agent as they are. */
 export type HttpTransportTlsOptions = SecureContextOptions &
@@ -29,10 +29,17 @@ export interface HttpTransportOptions {
   /**
    * Standard Webhooks signing secret: `whsec_<base64>` (the spec's format),
    * any other string (used as its UTF-8 bytes, not base64-decoded), raw bytes,
-   * or a KeyObject; at least 16 bytes. Default: none (no `webhook-timestamp`
-   * and `webhook-signature` headers; `webhook-id` is always sent).
+   * or a KeyObject; at least 16 bytes. Required unless `allowUnsigned` is
+   * true: a missing secret (say, an unset environment variable) throws.
+   * Generate one with `npx txbox secret` or `generateWebhookSecret()`.
    */
-  readonly secret?: WebhookSecret;
+  readonly secret?: WebhookSecret | undefined;
+  /**
+   * Sends requests without `webhook-timestamp` and `webhook-signature`
+   * headers when no `secret` is given (`webhook-id` is always sent). Only for
+   * tests and trusted networks. Default: false (no secret throws).
+   */
+  readonly allowUnsigned?: boolean;
   /** The CloudEvents `ce-source` header. Default: `'txbox'`. */
   readonly source?: string;
   /**
@@ -71,7 +78,7 @@ export interface ResolvedHttpEndpoint {
 /** HttpTransportOptions after `resolveHttpTransportOptions()`: checked, defaults filled, frozen. Holds credentials: do not log it. */
 export interface ResolvedHttpTransportOptions {
   readonly endpoints: ReadonlyMap<string, ResolvedHttpEndpoint>;
-  /** Null when unsigned. */
+  /** Null when unsigned (only with `allowUnsigned: true`). */
   readonly signingKey: KeyObject | null;
   /** Already encoded for the header. */
   readonly source: string;
@@ -100,7 +107,9 @@ export function resolveHttpTransportOptions(options: HttpTransportOptions): Reso
   }
   const tls = options.tls ?? {};
   if (typeof tls !== 'object' || tls === null) throw new ConfigError('tls', 'must be an object of TLS options (ca, cert, key, rejectUnauthorized, ...)');
-  return Object.freeze({
+  const allowUnsigned = options.allowUnsigned ?? false;
+  if (typeof allowUnsigned !== 'boolean') throw new ConfigError('allowUnsigned', 'must be true or false');
+  const resolved: ResolvedHttpTransportOptions = Object.freeze({
     endpoints: resolveEndpoints(options.endpoints),
     signingKey: options.secret === undefined ? null : webhookKey(options.secret, 'secret'),
     source: ceHeaderValue(source),
@@ -110,6 +119,9 @@ export function resolveHttpTransportOptions(options: HttpTransportOptions): Reso
     tls: Object.freeze({ ...tls }),
     errorBodyChars: int('errorBodyChars', options.errorBodyChars, 200, 0, 4000),
   });
+  // Checked last, so that a malformed setting is reported first, by its own name.
+  if (options.secret === undefined && !allowUnsigned) throw missingSecretError('sender');
+  return resolved;
 }
 
 function resolveEndpoints(endpoints: HttpTransportOptions['endpoints'] | undefined): ReadonlyMap<string, ResolvedHttpEndpoint> {

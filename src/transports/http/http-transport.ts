@@ -15,7 +15,7 @@ export {
 } from './http-transport-options.ts';
 
 /**
- * Publishes each event as one signed HTTP POST (a webhook) to its
+ * Publishes each event as one signed HTTP POST (a secret is required unless `allowUnsigned: true`) (a webhook) to its
  * destination's endpoint. A 2xx answer is the ack; 408, 425, 429, 5xx,
  * timeouts and connection failures are retriable (Retry-After honoured);
  * other 4xx and every 3xx are permanent. Events of one call go out
@@ -24,7 +24,7 @@ export {
  * @example
  * const transport = new HttpTransport({
  *   endpoints: { orders: 'https://hooks.example.com/orders' },
- *   secret: process.env.WEBHOOK_SECRET, // 'whsec_...'
+ *   secret: process.env.WEBHOOK_SECRET, // 'whsec_...' from `npx txbox secret`; unset throws (allowUnsigned: true to go unsigned on purpose)
  * });
  * const relay = createRelay({ store, transport });
  */

@@ -59,6 +59,19 @@ export function webhookKey(secret: WebhookSecret, field = 'secret'): KeyObject {
 }
 
 /**
+ * The error for a sender or receiver given no secret without `allowUnsigned:
+ * true`: an unset environment variable must not silently turn signing (or
+ * verification) off.
+ */
+export function missingSecretError(side: 'sender' | 'receiver'): ConfigError {
+  const effect = side === 'sender' ? 'requests would go out unsigned' : 'forged, unsigned requests would be accepted';
+  return new ConfigError(
+    'secret',
+    `is missing (undefined), so ${effect}; generate one with \`npx txbox secret\` (or generateWebhookSecret()), share it between sender and receiver and pass it as secret (the CLI reads TXBOX_WEBHOOK_SECRET), or set allowUnsigned: true to go unsigned on purpose (tests, trusted networks only)`,
+  );
+}
+
+/**
  * A new random secret in the Standard Webhooks format (24 bytes), to share
  * between the sender and the receiver.
  *

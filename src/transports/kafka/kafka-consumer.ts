@@ -580,13 +580,20 @@ export class KafkaConsumer implements Consumer {
       chunk = [];
       const started = performance.now();
       const events = items.map((i) => (run.parsed(i) as { event: OutboxEvent }).event);
-      if ((await run.retrying('queue', () => queue.receive(events).then(() => true), (op, err) => this.#error(op, err))) === null) return false;
+      const refused = await run.retrying('queue', () => queue.receive(events), (op, err) => this.#error(op, err));
+      if (refused === null) return false;
       const durationMs = performance.now() - started;
-      items.forEach((i, n) => {
+      const reasons = new Map(refused.map((r) => [r.index, r.reason]));
+      for (let n = 0; n < items.length; n++) {
+        const i = items[n]!;
+        const reason = reasons.get(n);
+        // The queue can never hold it: dead-lettered like an unreadable record, and committed past.
+        if (reason !== undefined && !(await this.#reject(run, run.messages[i]!, reason))) return false;
         run.finish(i);
+        if (reason !== undefined) continue;
         this.stats.queued++;
         this.events.fire('settled', { topic: run.topic, partition: run.partition, offset: run.messages[i]!.offset, id: events[n]!.id, type: events[n]!.type, status: 'queued', durationMs });
-      });
+      }
       await run.beat();
       if (run.commitDue()) await run.commit();
       return true;

@@ -6,6 +6,7 @@
  */
 import { payloadText, type OutboxEvent } from '../../core/envelope.ts';
 import type { KafkaRecord } from './kafka-client.ts';
+import { checkedInbound } from '../../core/inbound-event.ts';
 
 export const KAFKA_HEADER = {
   id: 'txbox-id',
@@ -135,10 +136,7 @@ export function parseKafkaMessage(message: KafkaMessageLike, destination = ''): 
   const aggregateType = h.get(KAFKA_HEADER.aggregateType) ?? '';
   const aggregateId = h.get(KAFKA_HEADER.aggregateId) ?? '';
   const key = message.key === null ? `${aggregateType}:${aggregateId}` : typeof message.key === 'string' ? message.key : message.key.toString('utf8');
-  return {
-    ok: true,
-    event: { id, type, aggregateType, aggregateId, key, destination: h.get(KAFKA_HEADER.destination) ?? destination, payload, headers: eventHeaders, occurredAt, version },
-  };
+  return checkedInbound({ id, type, aggregateType, aggregateId, key, destination: h.get(KAFKA_HEADER.destination) ?? destination, payload, headers: eventHeaders, occurredAt, version });
 }
 
 function bad(message: string): ParsedKafkaMessage {

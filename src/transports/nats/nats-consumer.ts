@@ -472,10 +472,17 @@ export class NatsConsumer implements Consumer {
       }
       if (batch.length === 0) continue;
       const started = performance.now();
-      const stored = await this.#retrying('queue', () => queue.receive(batch.map((i) => i.event)).then(() => true));
-      for (const { d, event } of batch) {
-        if (stored === null) {
+      const refused = await this.#retrying('queue', () => queue.receive(batch.map((i) => i.event)));
+      const reasons = new Map((refused ?? []).map((r) => [r.index, r.reason]));
+      for (const [n, { d, event }] of batch.entries()) {
+        if (refused === null) {
           this.#release(d, event);
+          continue;
+        }
+        const reason = reasons.get(n);
+        if (reason !== undefined) {
+          // The queue can never hold it: dead-lettered, never retried.
+          await this.#deadLetter(d, event, reason);
           continue;
         }
         this.stats.queued++;

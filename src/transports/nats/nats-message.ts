@@ -7,6 +7,7 @@
  */
 import { headers as natsHeaders, type MsgHdrs } from '@nats-io/transport-node';
 import { payloadText, type OutboxEvent } from '../../core/envelope.ts';
+import { checkedInbound } from '../../core/inbound-event.ts';
 
 export const HEADER = {
   msgId: 'Nats-Msg-Id',
@@ -167,19 +168,16 @@ export function parseNatsMessage(m: ReceivedNatsMessage): ParsedNatsMessage {
   }
   const aggregateType = get(HEADER.aggregateType);
   const aggregateId = get(HEADER.aggregateId);
-  return {
-    ok: true,
-    event: {
-      id,
-      type,
-      aggregateType,
-      aggregateId,
-      key: get(HEADER.key) || `${aggregateType}:${aggregateId}`,
-      destination: get(HEADER.destination),
-      payload,
-      headers,
-      occurredAt,
-      version,
-    },
-  };
+  return checkedInbound({
+    id,
+    type,
+    aggregateType,
+    aggregateId,
+    key: get(HEADER.key) || `${aggregateType}:${aggregateId}`,
+    destination: get(HEADER.destination),
+    payload,
+    headers,
+    occurredAt,
+    version,
+  });
 }

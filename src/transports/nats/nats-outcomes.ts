@@ -78,6 +78,8 @@ export function classifyPublishError(err: unknown, c: PublishFailureContext): Cl
       ? { error: new TransportError('retriable', message, { cause: err }), checkRoute: false }
       : { error: new TransportError('retriable', message, { cause: err }), checkRoute: true, symptom };
   const permanent = (message: string): ClassifiedFailure => ({ error: new TransportError('permanent', message, { cause: err }), checkRoute: false });
+  // Credentials, permissions and a connection that is down concern every event of the destination: the relay pauses it.
+  const down = (message: string): ClassifiedFailure => ({ error: new TransportError('destination-down', message, { cause: err }), checkRoute: false });
 
   if (findError(err, 'NoResponders')) {
     return retriable(`no responders for ${where(c)}: no stream answered; JetStream may be restarting or electing a leader`, 'no responders');
@@ -87,12 +89,15 @@ export function classifyPublishError(err: unknown, c: PublishFailureContext): Cl
   }
   const permission = findError(err, 'PermissionViolationError');
   if (permission) {
-    return permanent(`permission denied: the NATS user may not publish to ${where(c)}; grant it publish permission on this subject, or check ${credentialHint(c.credentials)}`);
+    return down(`permission denied: the NATS user may not publish to ${where(c)}; grant it publish permission on this subject, or check ${credentialHint(c.credentials)}`);
   }
   if (findError(err, 'AuthorizationError', 'UserAuthenticationExpiredError')) {
-    return retriable(`authorization failed while publishing to ${where(c)}; check ${credentialHint(c.credentials)}`);
+    return down(`authorization failed while publishing to ${where(c)}; check ${credentialHint(c.credentials)}`);
   }
-  if (findError(err, 'ClosedConnectionError', 'DrainingConnectionError', 'ConnectionError')) {
+  if (findError(err, 'ConnectionError')) {
+    return down(`the NATS connection is down or reconnecting; ${where(c)} was not published (${messageOf(err)})`);
+  }
+  if (findError(err, 'ClosedConnectionError', 'DrainingConnectionError')) {
     return retriable(`the NATS connection is closed or reconnecting; ${where(c)} was not published (${messageOf(err)})`);
   }
   const invalidArgument = findError(err, 'InvalidArgumentError');

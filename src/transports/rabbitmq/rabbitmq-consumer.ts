@@ -5,7 +5,7 @@ import type { OutboxEvent } from '../../core/envelope.ts';
 import { ConfigError } from '../../core/errors.ts';
 import type { Consumer } from '../../core/inbox-ports.ts';
 import type { Inbox } from '../../inbox/inbox.ts';
-import type { InboxQueue } from '../../inbox/inbox-worker.ts';
+import type { InboxQueue, QueueRefusal } from '../../inbox/inbox-worker.ts';
 import { KeyedDispatcher } from '../../inbox/keyed-dispatcher.ts';
 import { processUntilSettled } from '../../inbox/process-until-settled.ts';
 import { resolveRabbitMqConsumerOptions, type RabbitMqConsumerOptions, type ResolvedRabbitMqConsumerOptions, type ResolvedRabbitMqConsumerQueue } from './rabbitmq-consumer-options.ts';
@@ -348,10 +348,11 @@ export class RabbitMqConsumer implements Consumer {
     this.#batchQueued = false;
     const batch = this.#batch.splice(0);
     const started = performance.now();
+    let refused: QueueRefusal[] = [];
     for (let failures = 0; ; failures++) {
       if (batch.every((d) => d.controller.signal.aborted)) return batch.forEach((d) => this.#release(d));
       try {
-        await queue.receive(batch.map((d) => d.event));
+        refused = await queue.receive(batch.map((d) => d.event));
         this.#recovered('queue');
         break;
       } catch (err) {
@@ -360,7 +361,17 @@ export class RabbitMqConsumer implements Consumer {
         if (this.#stop.signal.aborted) return batch.forEach((d) => this.#release(d));
       }
     }
-    for (const d of batch) {
+    const reasons = new Map(refused.map((r) => [r.index, r.reason]));
+    for (const [n, d] of batch.entries()) {
+      const reason = reasons.get(n);
+      if (reason !== undefined) {
+        // The queue can never hold it: rejected to the dead-letter exchange, never retried.
+        this.stats.rejected++;
+        this.#o.logger.warn({ queue: d.queue.name, id: d.event.id, reason, deadLetterExchange: d.queue.deadLetterExchange }, 'rabbitmq consumer: the inbox queue refused a message; rejected to the dead-letter exchange');
+        this.events.fire('rejected', { queue: d.queue.name, messageId: d.event.id, reason });
+        this.#settle(d, 'reject');
+        continue;
+      }
       this.stats.queued++;
       this.#fireSettled(d, 'queued', started);
       this.#settle(d, 'ack');

@@ -7,6 +7,7 @@
  */
 import type { Message, Options } from 'amqplib';
 import { payloadText, type EventHeaders, type OutboxEvent } from '../../core/envelope.ts';
+import { checkedInbound } from '../../core/inbound-event.ts';
 
 /** The AMQP header names txbox sets. Event headers cannot override them. */
 export const RABBITMQ_HEADERS = Object.freeze({
@@ -103,21 +104,18 @@ export function decodeRabbitMqMessage(message: Message): DecodedRabbitMqMessage 
   const iso = text(RABBITMQ_HEADERS.occurredAt);
   const occurredAt = iso !== undefined ? new Date(iso) : typeof p.timestamp === 'number' ? new Date(p.timestamp * 1000) : new Date();
   if (Number.isNaN(occurredAt.getTime())) return bad(`the ${RABBITMQ_HEADERS.occurredAt} header must be an ISO 8601 date`);
-  return {
-    ok: true,
-    event: {
-      id: p.messageId,
-      type: p.type,
-      aggregateType,
-      aggregateId,
-      key: text(RABBITMQ_HEADERS.key) ?? `${aggregateType}:${aggregateId}`,
-      destination: text(RABBITMQ_HEADERS.destination) ?? message.fields.routingKey,
-      payload,
-      headers: headers as EventHeaders,
-      occurredAt,
-      version: (version as number | undefined) ?? null,
-    },
-  };
+  return checkedInbound({
+    id: p.messageId,
+    type: p.type,
+    aggregateType,
+    aggregateId,
+    key: text(RABBITMQ_HEADERS.key) ?? `${aggregateType}:${aggregateId}`,
+    destination: text(RABBITMQ_HEADERS.destination) ?? message.fields.routingKey,
+    payload,
+    headers: headers as EventHeaders,
+    occurredAt,
+    version: (version as number | undefined) ?? null,
+  });
 }
 
 function bad(message: string): DecodedRabbitMqMessage {

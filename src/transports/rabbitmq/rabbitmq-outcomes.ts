@@ -3,7 +3,7 @@
  * start-up errors. Messages name the exchange, routing key, destination and
  * the setting to fix; never the password, the payload or the query string.
  */
-import { ConfigError, TransportError } from '../../core/errors.ts';
+import { ConfigError, TransportError, type TransportErrorKind } from '../../core/errors.ts';
 import type { PublishOutcome } from '../../core/ports.ts';
 
 export const ACK: PublishOutcome = Object.freeze({ ok: true });
@@ -24,7 +24,7 @@ export function redactAmqpUrl(url: URL): string {
   return `${url.protocol}//${url.hostname.includes(':') && !url.hostname.startsWith('[') ? `[${url.hostname}]` : url.hostname}:${port}${url.pathname || '/'}`;
 }
 
-export function fail(kind: 'retriable' | 'permanent', message: string, cause?: unknown): PublishOutcome {
+export function fail(kind: TransportErrorKind, message: string, cause?: unknown): PublishOutcome {
   return { ok: false, error: new TransportError(kind, message, cause === undefined ? undefined : { cause }) };
 }
 
@@ -115,8 +115,9 @@ export function channelClosedOutcome(reason: CloseReason | null, t: Target & { r
     return fail('permanent', `exchange ${quote(t.exchange)} does not exist (${said}); declare it, set assertExchanges, or fix ${t.setting}`);
   }
   if (reason.code === REPLY.ACCESS_REFUSED && exchangeInText(reason.text) === t.exchange) {
+    // Every message to this exchange would be refused: destination-down, so the relay pauses it instead of parking every key.
     return fail(
-      'permanent',
+      'destination-down',
       `RabbitMQ refused publishing to exchange ${quote(t.exchange)} (${said}); grant the user in url write permission on it (rabbitmqctl set_permissions), make it non-internal, or fix ${t.setting}`,
     );
   }

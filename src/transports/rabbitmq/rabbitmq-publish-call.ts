@@ -61,7 +61,8 @@ export class PublishCall {
         },
         (err: unknown) => {
           const reason = err instanceof Error ? err.message : String(err);
-          this.cancel((t) => fail('retriable', `cannot open a confirm channel to publish to ${describeTarget(t)}: ${reason}`, err));
+          // No channel: the connection is down or refused, for every destination (destination-down: the relay pauses, nothing parks).
+          this.cancel((t) => fail('destination-down', `cannot open a confirm channel to publish to ${describeTarget(t)}: ${reason}`, err));
         },
       );
     });

@@ -5,7 +5,7 @@ import type { OutboxEvent } from '../../core/envelope.ts';
 import { ConfigError } from '../../core/errors.ts';
 import type { Consumer } from '../../core/inbox-ports.ts';
 import type { Inbox } from '../../inbox/inbox.ts';
-import type { InboxQueue } from '../../inbox/inbox-worker.ts';
+import type { InboxQueue, QueueRefusal } from '../../inbox/inbox-worker.ts';
 import { KeyedDispatcher } from '../../inbox/keyed-dispatcher.ts';
 import { processUntilSettled } from '../../inbox/process-until-settled.ts';
 import { resolveRedisConsumerOptions, type ConsumerStream, type RedisConsumerOptions, type ResolvedRedisConsumerOptions } from './redis-consumer-options.ts';
@@ -311,9 +311,10 @@ export class RedisConsumer implements Consumer {
   /** Worker mode: one transaction stores the batch in the inbox queue (a redelivered id is ignored), then it is acked. */
   async #receive(batch: readonly { held: Held; event: OutboxEvent }[], queue: InboxQueue): Promise<void> {
     const started = performance.now();
+    let refused: QueueRefusal[] = [];
     for (let failures = 0; ; failures++) {
       try {
-        await queue.receive(batch.map((b) => b.event));
+        refused = await queue.receive(batch.map((b) => b.event));
         break;
       } catch (err) {
         this.#report('queue', err);
@@ -322,7 +323,16 @@ export class RedisConsumer implements Consumer {
       }
     }
     const durationMs = performance.now() - started;
-    for (const { held, event } of batch) {
+    const reasons = new Map(refused.map((r) => [r.index, r.reason]));
+    for (const [n, { held, event }] of batch.entries()) {
+      const reason = reasons.get(n);
+      if (reason !== undefined) {
+        // The queue can never hold it: to the dead-letter stream, never retried.
+        this.stats.rejected++;
+        this.#emitter.fire('rejected', { stream: held.stream.key, entryId: held.entryId, reason });
+        this.#track(this.#deadLetter(held, event, reason));
+        continue;
+      }
       this.stats.queued++;
       this.#emitter.fire('settled', { stream: held.stream.key, entryId: held.entryId, id: event.id, type: event.type, status: 'queued', durationMs });
       this.#ack(held);

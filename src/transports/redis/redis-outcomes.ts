@@ -4,7 +4,7 @@
  * never the command's arguments (payloads, passwords), which ioredis attaches
  * to its errors as `command.args` and which therefore never become a `cause`.
  */
-import { ConfigError, TransportError, type TxboxError } from '../../core/errors.ts';
+import { ConfigError, TransportError, type TransportErrorKind, type TxboxError } from '../../core/errors.ts';
 import type { PublishOutcome } from '../../core/ports.ts';
 
 export const ACK: PublishOutcome = Object.freeze({ ok: true });
@@ -14,7 +14,7 @@ const FULL_RETRY_AFTER_MS = 5000;
 const LOADING_RETRY_AFTER_MS = 1000;
 
 interface ReplyRule {
-  readonly kind: 'retriable' | 'permanent';
+  readonly kind: TransportErrorKind;
   readonly why: string;
   readonly retryAfterMs?: number;
 }
@@ -33,9 +33,10 @@ const REPLY_RULES: Readonly<Record<string, ReplyRule>> = {
   NOREPLICAS: { kind: 'retriable', why: 'not enough replicas acknowledge writes (min-replicas-to-write)' },
   MOVED: { kind: 'retriable', why: 'the key lives on another cluster node; Redis Cluster is not supported yet, point url at a standalone primary' },
   ASK: { kind: 'retriable', why: 'the key lives on another cluster node; Redis Cluster is not supported yet, point url at a standalone primary' },
-  NOAUTH: { kind: 'retriable', why: 'the server now requires a password; set it in url or password and restart the relay' },
-  WRONGPASS: { kind: 'retriable', why: 'the server no longer accepts the credentials; fix url, username or password and restart the relay' },
-  NOPERM: { kind: 'retriable', why: 'the ACL user may not XADD to this key; grant it +xadd on the stream keys' },
+  // Credentials and permissions concern every event of the destination: destination-down (the relay pauses it, nothing parks).
+  NOAUTH: { kind: 'destination-down', why: 'the server now requires a password; set it in url or password and restart the relay' },
+  WRONGPASS: { kind: 'destination-down', why: 'the server no longer accepts the credentials; fix url, username or password and restart the relay' },
+  NOPERM: { kind: 'destination-down', why: 'the ACL user may not XADD to this key; grant it +xadd on the stream keys' },
 };
 
 /** Where one XADD went, for messages. */
@@ -59,7 +60,22 @@ export function xaddFailure(err: unknown, target: XaddTarget): TransportError {
     }
     return transportError('retriable', `${head} failed: ${message}`, err);
   }
-  return transportError('retriable', `${head} failed: ${connectionProblem(err)}`, err);
+  return transportError(isUnreachable(err) ? 'destination-down' : 'retriable', `${head} failed: ${connectionProblem(err)}`, err);
+}
+
+/** Network codes that mean nothing answers at the address: refused, unknown host, DNS unavailable. */
+const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN']);
+
+/**
+ * Redis is out of reach for every command, not just this one: the address
+ * refuses or does not resolve, or the client is offline and reconnecting
+ * (with the offline queue off, a command sent then fails at once). A
+ * command cut off mid-flight (reset, closed, max retries) stays retriable.
+ */
+function isUnreachable(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (typeof code === 'string' && UNREACHABLE_CODES.has(code)) return true;
+  return /isn't writeable/.test(errorMessage(err));
 }
 
 export function timeoutFailure(target: XaddTarget, timeoutMs: number): TransportError {
@@ -141,7 +157,7 @@ export function safeCause(err: unknown): Error {
   return copy;
 }
 
-function transportError(kind: 'retriable' | 'permanent', message: string, err: unknown, retryAfterMs?: number): TransportError {
+function transportError(kind: TransportErrorKind, message: string, err: unknown, retryAfterMs?: number): TransportError {
   return new TransportError(kind, message, retryAfterMs === undefined ? { cause: safeCause(err) } : { cause: safeCause(err), retryAfterMs });
 }
 

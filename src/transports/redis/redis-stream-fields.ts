@@ -6,6 +6,7 @@
  * (`1718000000000-0`) is Redis's; the event `id` field is the dedup key.
  */
 import { payloadText, type OutboxEvent } from '../../core/envelope.ts';
+import { checkedInbound } from '../../core/inbound-event.ts';
 
 /**
  * The XADD field list of an event: `[name, value, name, value, ...]`.
@@ -79,21 +80,18 @@ export function parseStreamEntry(fields: readonly (string | Buffer)[], destinati
   if (Number.isNaN(occurredAt.getTime())) return bad('"occurredAt" must be an ISO 8601 date');
   const aggregateType = v.get('aggregateType') ?? '';
   const aggregateId = v.get('aggregateId') ?? '';
-  return {
-    ok: true,
-    event: {
-      id,
-      type,
-      aggregateType,
-      aggregateId,
-      key: v.get('key') ?? `${aggregateType}:${aggregateId}`,
-      destination,
-      payload,
-      headers: headers as Record<string, string>,
-      occurredAt,
-      version,
-    },
-  };
+  return checkedInbound({
+    id,
+    type,
+    aggregateType,
+    aggregateId,
+    key: v.get('key') ?? `${aggregateType}:${aggregateId}`,
+    destination,
+    payload,
+    headers: headers as Record<string, string>,
+    occurredAt,
+    version,
+  });
 }
 
 function bad(message: string): ParsedStreamEntry {

@@ -4,24 +4,25 @@
  * real PostgreSQL outbox and reads the broker back.
  *
  * @example
+ * import { runTransportConformance } from 'txbox/testing/conformance';
  * runTransportConformance({ name: 'redis', databaseUrl, broker: redisBroker });
  */
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { OutboxEvent } from '../core/envelope.ts';
-import { ConfigError, TransportError } from '../core/errors.ts';
-import { createOutbox, type Outbox } from '../core/outbox.ts';
-import type { Transport } from '../core/ports.ts';
-import { uuidv7 } from '../core/uuid.ts';
-import { createRelay } from '../relay/relay.ts';
-import { pgConnection } from '../stores/postgres/pg-connection.ts';
-import type { PostgresConnection } from '../stores/postgres/postgres-connection.ts';
-import { migratePostgres } from '../stores/postgres/postgres-migrations.ts';
-import { PostgresOutboxStore } from '../stores/postgres/postgres-outbox-store.ts';
-import { PostgresRelayStore } from '../stores/postgres/postgres-relay-store.ts';
-import { postgresNames } from '../stores/postgres/postgres-sql.ts';
-import { checkDeliveries, type Delivered } from './order-check.ts';
+import type { OutboxEvent } from '../../core/envelope.ts';
+import { ConfigError, TransportError } from '../../core/errors.ts';
+import { createOutbox, type Outbox } from '../../core/outbox.ts';
+import type { Transport } from '../../core/ports.ts';
+import { uuidv7 } from '../../core/uuid.ts';
+import { createRelay } from '../../relay/relay.ts';
+import { pgConnection } from '../../stores/postgres/pg-connection.ts';
+import type { PostgresConnection } from '../../stores/postgres/postgres-connection.ts';
+import { migratePostgres } from '../../stores/postgres/postgres-migrations.ts';
+import { PostgresOutboxStore } from '../../stores/postgres/postgres-outbox-store.ts';
+import { PostgresRelayStore } from '../../stores/postgres/postgres-relay-store.ts';
+import { postgresNames } from '../../stores/postgres/postgres-sql.ts';
+import { checkDeliveries, type Delivered } from '../order-check.ts';
 
 /** What a transport's test gives the suite about its broker. */
 export interface ConformanceBroker {

@@ -1,0 +1,164 @@
+/**
+ * A held event must not stay held once its missing version is applied
+ * (issue 11 item 7). The race, made deterministic with injected latency: the
+ * handler of version 3 reads the projection at version 1 and decides to
+ * hold; while it is still deciding, version 2 starts in another consumer
+ * process (another Inbox on the same table). Before the fix, version 2
+ * looked for held events before version 3's hold was written, found none,
+ * and version 3 stayed held for good. And a held event whose release was
+ * missed is run again by the periodic re-check (`heldRecheckIntervalMs`).
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { createInbox, HoldEvent, uuidv7, type Inbox, type OutboxEvent, type SqlExecutor } from 'txbox';
+import { PostgresInboxStore, applyVersioned, inboxNames, migrateInbox } from 'txbox/postgres';
+import type { InboxStore } from '../../src/core/inbox-ports.ts';
+import { openDb, type TestDb } from '../helpers/databases.ts';
+import { waitFor } from '../helpers/wait.ts';
+
+function deferred(): { promise: Promise<void>; resolve: () => void } {
+  let resolve = (): void => {};
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+const changed = (sku: string, version: number): OutboxEvent => ({
+  id: uuidv7(),
+  type: 'StockChanged',
+  aggregateType: 'Sku',
+  aggregateId: sku,
+  key: `Sku:${sku}`,
+  destination: 'stock',
+  payload: { quantity: version * 10 },
+  headers: {},
+  occurredAt: new Date(),
+  version,
+});
+
+describe('held events on the real PostgreSQL', () => {
+  let db: TestDb;
+  let store: PostgresInboxStore;
+  before(async () => {
+    db = await openDb('postgres', { migrate: false });
+    await migrateInbox(db.connection, inboxNames({ schema: db.schema }));
+    store = new PostgresInboxStore({ connection: db.connection, schema: db.schema });
+    await db.query(`CREATE TABLE "${db.schema}".stock_view (sku text PRIMARY KEY, quantity int NOT NULL, version bigint NOT NULL)`);
+  });
+  after(async () => {
+    await db.close();
+  });
+
+  const version = async (sku: string): Promise<number | null> => {
+    const rows = await db.query<{ version: string }>(`SELECT version::text AS version FROM "${db.schema}".stock_view WHERE sku = $1`, [sku]);
+    return rows[0] ? Number(rows[0].version) : null;
+  };
+  const heldCount = async (consumer: string): Promise<number> =>
+    (await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".inbox WHERE consumer = $1 AND status = 'held'`, [consumer]))[0]!.n;
+
+  function projecting(consumer: string, inboxStore: InboxStore, beforeHold?: (e: OutboxEvent) => Promise<void>, heldRecheckIntervalMs?: number): Inbox {
+    const inbox = createInbox({ store: inboxStore, consumer, ...(heldRecheckIntervalMs ? { heldRecheckIntervalMs } : {}) });
+    inbox.on('StockChanged', async (e: OutboxEvent, tx: SqlExecutor) => {
+      try {
+        await applyVersioned(tx, { table: `${db.schema}.stock_view`, id: { sku: e.aggregateId }, version: e.version!, values: { quantity: (e.payload as { quantity: number }).quantity }, onGap: 'hold' });
+      } catch (err) {
+        if (err instanceof HoldEvent) await beforeHold?.(e);
+        throw err;
+      }
+    });
+    return inbox;
+  }
+
+  it('version 3 deciding to hold while version 2 commits in another process: version 3 is applied, nothing stays held', async () => {
+    const consumer = 'race';
+    const v1 = changed('race', 1);
+    const v2 = changed('race', 2);
+    const v3 = changed('race', 3);
+    const v2Started = deferred();
+    const v2Done = deferred();
+    // Process B's store: says when version 2's transaction starts.
+    const storeB: InboxStore = {
+      runBatch: (c, events, handler, options) => {
+        if (events.some((e) => e.id === v2.id)) v2Started.resolve();
+        return store.runBatch(c, events, handler, options);
+      },
+      recordFailure: (...a) => store.recordFailure(...a),
+      hold: (...a) => store.hold(...a),
+      recheckHeld: (...a) => store.recheckHeld(...a),
+      redrivable: (...a) => store.redrivable(...a),
+    };
+    // Process A's store: its separate hold write (if any) waits until version 2 committed.
+    const storeA: InboxStore = {
+      ...storeB,
+      runBatch: (...a) => store.runBatch(...a),
+      hold: async (...a) => {
+        await v2Done.promise;
+        return store.hold(...a);
+      },
+    };
+    let delayed = false;
+    const a = projecting(consumer, storeA, async (e) => {
+      // Latency injected while deciding to hold: version 2 starts meanwhile.
+      if (e.id === v3.id && !delayed) {
+        delayed = true;
+        await v2Started.promise;
+      }
+    });
+    const b = projecting(consumer, storeB);
+    assert.equal((await a.process(v1)).status, 'processed');
+    const holding = a.process(v3);
+    const second = b.process(v2).finally(() => v2Done.resolve());
+    const [o3, o2] = await Promise.all([holding, second]);
+    assert.equal(o2.status, 'processed');
+    assert.ok(o3.status === 'held' || o3.status === 'processed', o3.status);
+    assert.equal(await version('race'), 3, 'version 3 is applied once version 2 is');
+    assert.equal(await heldCount(consumer), 0, 'nothing stays held');
+  });
+
+  it('group commit: when process() of the missing version resolves, its held successor is already applied (released before the caller hears back)', async () => {
+    const consumer = 'grouped';
+    // Latency injected into the release's first look: the caller would otherwise see the answer first.
+    const slowLook: InboxStore = {
+      runBatch: (...a) => store.runBatch(...a),
+      recordFailure: (...a) => store.recordFailure(...a),
+      hold: (...a) => store.hold(...a),
+      recheckHeld: (...a) => store.recheckHeld(...a),
+      redrivable: async (...a) => {
+        await new Promise((r) => setTimeout(r, 300));
+        return store.redrivable(...a);
+      },
+    };
+    const inbox = projecting(consumer, slowLook);
+    assert.equal((await inbox.process(changed('g', 1))).status, 'processed');
+    assert.equal((await inbox.process(changed('g', 3))).status, 'held');
+    // Two keys at once: one group-commit batch.
+    const [seen] = await Promise.all([inbox.process(changed('g', 2)).then(() => version('g')), inbox.process(changed('other', 1))]);
+    assert.equal(seen, 3, 'version 3 was applied before the caller of version 2 heard back');
+  });
+
+  it('a held event whose release was missed is applied by the periodic re-check', async () => {
+    const consumer = 'recheck';
+    const inbox = projecting(consumer, store, undefined, 50);
+    for (const v of [1, 2]) assert.equal((await inbox.process(changed('lost', v))).status, 'processed');
+    // As if version 3 was held and the release after version 2 never ran (a process killed between them).
+    const v3 = changed('lost', 3);
+    const v4 = changed('lost', 4);
+    await store.hold(consumer, v4, 'version 4 waits for version 3');
+    await store.hold(consumer, v3, 'version 3 waits for version 2');
+    // Another key whose gap is still open stays held (and is looked at again later).
+    await store.hold(consumer, changed('open', 5), 'version 5 waits for version 1');
+    assert.equal(await heldCount(consumer), 3);
+    inbox.start();
+    try {
+      await waitFor('versions 3 and 4 applied by the re-check', async () => (await version('lost')) === 4, 15_000);
+    } finally {
+      inbox.stop();
+    }
+    assert.equal(await heldCount(consumer), 1, 'the open gap stays held');
+    const [open] = await db.query<{ status: string }>(`SELECT status FROM "${db.schema}".inbox WHERE consumer = $1 AND key = 'Sku:open'`, [consumer]);
+    assert.equal(open!.status, 'held');
+  });
+
+  it('heldRecheckIntervalMs names the field and the unit', () => {
+    assert.throws(() => createInbox({ store, consumer: 'x', heldRecheckIntervalMs: 0 }), { field: 'heldRecheckIntervalMs', message: /milliseconds/ });
+  });
+});
