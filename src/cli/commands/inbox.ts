@@ -63,7 +63,7 @@ Options:
     let limit = 100;
     if (flags.limit !== undefined) {
       limit = Number(flags.limit);
-      if (!Number.isSafeInteger(limit) || limit < 1) throw new CliError(`--limit ${String(flags.limit)}: must be a positive whole number, e.g. --limit 100`);
+      if (!Number.isSafeInteger(limit) || limit < 1) throw new CliError(`--limit: ${JSON.stringify(flags.limit)} is not a positive integer (e.g. --limit 100)`);
     }
     const db = await openDatabase(inboxConfig, logger, false, 'txbox inbox');
     try {
