@@ -32,3 +32,13 @@ export function redactUrl(url: string): string {
     return '(unparseable URL)';
   }
 }
+
+/**
+ * A ConfigError's message with its field replaced by where the user set it
+ * ("--table", "TXBOX_SCHEMA"), so that the field is not named twice.
+ */
+export function configMessage(err: { readonly field: string; readonly message: string }, sources: Readonly<Record<string, string>>): string {
+  const source = sources[err.field];
+  if (source === undefined || !err.message.startsWith(`${err.field}: `)) return err.message;
+  return `${source}: ${err.message.slice(err.field.length + 2)}`;
+}

@@ -18,6 +18,8 @@ export interface Command {
   /** Full --help text (without the global options, which main appends). */
   readonly help: string;
   readonly options: NonNullable<ParseArgsConfig['options']>;
+  /** The positional arguments it takes, by name (e.g. ['ACTION']); default none. Any more are refused. */
+  readonly positionals?: readonly string[];
   /** Resolves with the exit code. */
   run(ctx: CommandContext): Promise<number>;
 }

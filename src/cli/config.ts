@@ -5,6 +5,7 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { CliError } from './cli-error.ts';
+import { parseDuration } from '../core/duration.ts';
 
 export interface TransportConfig {
   readonly type: string;
@@ -32,8 +33,8 @@ export interface CliConfig {
     readonly maxAttempts?: number;
     readonly skipParkedDestinations?: readonly string[];
     readonly deleteOnPublish?: boolean;
-    /** Keep published rows this long ("90s", "15m", "24h", "7d"); "off" disables retention. */
-    readonly keepPublished?: string;
+    /** Keep published rows this long, in milliseconds, from "90s", "15m", "24h", "7d"; false for "off" (no retention). */
+    readonly keepPublishedMs?: number | false;
   };
   readonly transport: TransportConfig | undefined;
   readonly logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
@@ -72,7 +73,9 @@ export const ENV_HELP = `Environment:
   TXBOX_HTTP_ENDPOINTS   destination=url pairs, comma separated
   TXBOX_WEBHOOK_SECRET   Standard Webhooks signing secret (whsec_...)
   TXBOX_BATCH_SIZE, TXBOX_LANES, TXBOX_LEASE_TTL_MS, TXBOX_POLL_INTERVAL_MS,
-  TXBOX_MAX_ATTEMPTS, TXBOX_KEEP_PUBLISHED, TXBOX_LOG_LEVEL`;
+  TXBOX_MAX_ATTEMPTS, TXBOX_KEEP_PUBLISHED, TXBOX_LOG_LEVEL
+Durations carry a unit (500ms, 30s, 15m, 24h, 7d, 1h30m); a bare number is refused.
+Settings named *_MS / --*-ms take milliseconds.`;
 
 export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
   const sources: Record<string, string> = {};
@@ -104,8 +107,12 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
     const v = pick(field, flag, envName, fromFile);
     if (v === undefined) return undefined;
     const n = Number(v);
-    if (!Number.isSafeInteger(n) || n < 0) throw new CliError(`${sources[field]}: ${field} must be a non-negative integer, got ${JSON.stringify(v)}`);
-    return n;
+    if (Number.isSafeInteger(n) && n >= 0 && v.trim() !== '') return n;
+    const source = sources[field]!;
+    const shown = source.startsWith('--') ? `${source} ${v}` : source.startsWith('TXBOX_') ? `${source}=${v}` : `${source} ${JSON.stringify(v)}`;
+    const example = `${source.startsWith('--') ? `${source} ` : source.startsWith('TXBOX_') ? `${source}=` : ''}${EXAMPLE_INTS[field] ?? 10}`;
+    if (field.endsWith('Ms')) throw new CliError(`${shown}: give milliseconds as a whole number (the name says the unit), e.g. ${example}`);
+    throw new CliError(`${shown}: must be a whole number >= 0, e.g. ${example}`);
   };
 
   const transportType = pick('transport', 'transport', ENV.transport, fileTransport?.type);
@@ -133,9 +140,19 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
     };
   }
 
+  /** A duration setting through the one parser, named as the user gave it: `--flag 7`, `NAME=7`, or the file's field. */
+  const durationOrOff = (field: string, value: string | undefined): number | false | undefined => {
+    if (value === undefined) return undefined;
+    if (value.trim() === 'off') return false;
+    const source = sources[field] ?? field;
+    return parseDuration(value, source.includes('(') ? `${source.replace(/ \(.*\)$/, '')} relay.${field}` : source);
+  };
+
   const logLevel = pick('logLevel', 'log-level', ENV.logLevel, file.logLevel) ?? 'info';
   if (!['debug', 'info', 'warn', 'error', 'silent'].includes(logLevel)) {
-    throw new CliError(`${sources.logLevel}: logLevel must be one of debug, info, warn, error, silent`);
+    const source = sources.logLevel!;
+    const shown = source.startsWith('--') ? `${source} ${logLevel}` : source.startsWith('TXBOX_') ? `${source}=${logLevel}` : `${source} ${JSON.stringify(logLevel)}`;
+    throw new CliError(`${shown}: choose debug, info, warn, error or silent`);
   }
   const skip = pick('skipParkedDestinations', 'skip-parked', undefined, fileRelay.skipParkedDestinations);
   const deleteOnPublish = flags['delete-on-publish'] === true || fileRelay.deleteOnPublish === true;
@@ -147,7 +164,7 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
     maxAttempts: intField('maxAttempts', 'max-attempts', ENV.maxAttempts, fileRelay.maxAttempts),
     skipParkedDestinations: skip === undefined ? undefined : parseList(skip, sources.skipParkedDestinations ?? 'skipParkedDestinations'),
     deleteOnPublish,
-    keepPublished: pick('keepPublished', 'keep-published', ENV.keepPublished, fileRelay.keepPublished),
+    keepPublishedMs: durationOrOff('keepPublished', pick('keepPublished', 'keep-published', ENV.keepPublished, fileRelay.keepPublished)),
   });
   return {
     databaseUrl: pick('databaseUrl', 'database-url', ENV.databaseUrl, file.databaseUrl),
@@ -159,6 +176,9 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
     sources,
   };
 }
+
+/** Example values in the messages for bad whole-number settings: the defaults. */
+const EXAMPLE_INTS: Record<string, number> = { batchSize: 500, lanes: 2, leaseTtlMs: 30000, pollIntervalMs: 1000, maxAttempts: 12 };
 
 function readConfigFile(path: string): Record<string, unknown> {
   let text: string;
@@ -203,12 +223,4 @@ function str(v: unknown): string | undefined {
 
 function clean<T extends object>(o: T): { [K in keyof T]: Exclude<T[K], undefined> } {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as never;
-}
-
-/** Parses "500ms", "90s", "15m", "24h", "7d" (or plain milliseconds) to milliseconds. */
-export function parseDuration(text: string, field: string): number {
-  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(text.trim());
-  if (!m) throw new CliError(`${field}: ${JSON.stringify(text)} is not a duration; use e.g. 500ms, 90s, 15m, 24h or 7d`);
-  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }[(m[2] ?? 'ms') as 'ms'];
-  return Math.round(Number(m[1]) * unit);
 }

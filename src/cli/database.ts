@@ -1,4 +1,4 @@
-import { CliError, EXIT, redactUrl } from './cli-error.ts';
+import { CliError, EXIT, configMessage, redactUrl } from './cli-error.ts';
 import type { CliConfig } from './config.ts';
 import type { Logger } from '../core/logger.ts';
 import { SchemaError } from '../core/errors.ts';
@@ -24,7 +24,7 @@ export async function openDatabase(config: CliConfig, logger: Logger, requireSch
   try {
     names = postgresNames({ schema: config.schema, table: config.table });
   } catch (err) {
-    if (err instanceof ConfigError) throw new CliError(`${config.sources[err.field] ?? err.field}: ${err.message}`);
+    if (err instanceof ConfigError) throw new CliError(configMessage(err, config.sources));
     throw err;
   }
   if (!config.databaseUrl) {
@@ -34,13 +34,14 @@ export async function openDatabase(config: CliConfig, logger: Logger, requireSch
   try {
     connection = pgConnection({ connectionString: config.databaseUrl, maxConnections: 6, applicationName, logger });
   } catch (err) {
-    throw new CliError(`${config.sources.databaseUrl}: ${(err as Error).message}`);
+    if (err instanceof ConfigError) throw new CliError(configMessage(err, config.sources));
+    throw err;
   }
   try {
     await connection.query('SELECT 1');
   } catch (err) {
     await connection.close().catch(() => {});
-    throw new CliError(`cannot reach the database at ${redactUrl(config.databaseUrl)} (from ${config.sources.databaseUrl}): ${(err as Error).message}`, EXIT.database);
+    throw new CliError(`${connectProblem(err, redactUrl(config.databaseUrl))} (from ${config.sources.databaseUrl}): ${(err as Error).message}`, EXIT.database);
   }
   if (requireSchema) {
     try {
@@ -52,4 +53,17 @@ export async function openDatabase(config: CliConfig, logger: Logger, requireSch
     }
   }
   return { connection, names };
+}
+
+/**
+ * What went wrong when connecting, in the user's terms: PostgreSQL answered
+ * but refused the login or the database (SQLSTATE class 28, 3D000), or it
+ * could not be reached at all.
+ */
+export function connectProblem(err: unknown, url: string): string {
+  const code = (err as { code?: unknown }).code;
+  if (code === '28000' || code === '28P01') return `the database at ${url} was reached but refused the login; check the user name and password in the URL`;
+  if (code === '3D000') return `the server at ${url} was reached but has no such database; create it or fix the database name in the URL`;
+  if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return `the database at ${url} was reached but refused the connection`;
+  return `cannot reach the database at ${url}; check the host and port, and that PostgreSQL is running`;
 }

@@ -17,9 +17,10 @@ import { parkedCommand } from './commands/parked.ts';
 import { pruneCommand } from './commands/prune.ts';
 import { relayCommand } from './commands/relay.ts';
 import { replayCommand } from './commands/replay.ts';
+import { secretCommand } from './commands/secret.ts';
 import { statusCommand } from './commands/status.ts';
 
-const COMMANDS: Command[] = [migrateCommand, relayCommand, statusCommand, parkedCommand, replayCommand, pruneCommand, inboxCommand, demoCommand];
+const COMMANDS: Command[] = [migrateCommand, relayCommand, statusCommand, parkedCommand, replayCommand, pruneCommand, inboxCommand, secretCommand, demoCommand];
 
 function version(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
@@ -43,6 +44,56 @@ ${ENV_HELP}
 
 Exit codes: 0 ok, 1 failed, 2 bad usage or configuration, 3 database unreachable or not migrated, 130 interrupted.`;
 }
+
+/** Bad flags or arguments: the message, then the command's usage lines. */
+class UsageError extends CliError {
+  constructor(
+    message: string,
+    readonly command: Command,
+  ) {
+    super(message);
+  }
+}
+
+/** The "Usage:" lines at the head of a command's help. */
+function usage(command: Command): string {
+  return command.help.split('\n\n')[0]!;
+}
+
+type ParsedArgs = { values: Record<string, string | boolean | string[] | undefined>; positionals: string[] };
+
+/** parseArgs, with its errors (unknown option, missing value) turned into one plain line naming the flag. */
+function parseCommandArgs(command: Command, args: string[]): ParsedArgs {
+  const options = { ...GLOBAL_OPTIONS, ...command.options };
+  try {
+    return parseArgs({ args, options, allowPositionals: true, strict: true }) as ParsedArgs;
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const flag = /'(--?[^' ]+)/.exec((err as Error).message)?.[1] ?? '';
+    if (code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') throw new UsageError(`unknown option ${flag}`, command);
+    if (code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE') {
+      const long = flag.startsWith('--') ? flag : (Object.entries(options).find(([, o]) => 'short' in o && `-${o.short}` === flag)?.[0] ?? flag);
+      const name = long.startsWith('-') ? long : `--${long}`;
+      const isFlag = Object.entries(options).some(([key, o]) => `--${key}` === name && o.type === 'boolean');
+      throw new UsageError(isFlag ? `${name} takes no value` : `${name} needs a value, e.g. ${name} ${EXAMPLES[name] ?? 'VALUE'}`, command);
+    }
+    throw new UsageError((err as Error).message, command);
+  }
+}
+
+/** Example values for the "needs a value" message. */
+const EXAMPLES: Record<string, string> = {
+  '--older-than': '7d',
+  '--keep-published': '24h',
+  '--crash-relay-every': '2s',
+  '--database-url': 'postgres://user@localhost:5432/app',
+  '--transport': 'http',
+  '--endpoint': 'orders=https://example.com/hooks/orders',
+  '--schema': 'txbox',
+  '--table': 'outbox',
+  '--log-level': 'info',
+  '--id': '0190f1e2-7c1a-7b3e-9f00-2a1b3c4d5e6f',
+};
 
 export async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
@@ -70,20 +121,25 @@ export async function main(argv: string[]): Promise<number> {
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   try {
-    let parsed;
-    try {
-      parsed = parseArgs({ args: rest, options: { ...GLOBAL_OPTIONS, ...command.options }, allowPositionals: true, strict: true });
-    } catch (err) {
-      throw new CliError(`txbox ${name}: ${(err as Error).message}; run txbox ${name} --help`);
-    }
+    const parsed = parseCommandArgs(command, rest);
     if (parsed.values.help) {
       out(`${command.help}\n\n${GLOBAL_HELP}`);
       return EXIT.ok;
+    }
+    const allowed = command.positionals ?? [];
+    if (parsed.positionals.length > allowed.length) {
+      const extra = parsed.positionals[allowed.length]!;
+      const takes = allowed.length === 0 ? `${name} takes no positional arguments` : `${name} takes at most ${allowed.join(' ')}`;
+      throw new UsageError(`unexpected argument ${JSON.stringify(extra)}: ${takes} (a value with spaces must be quoted, e.g. --endpoint "orders=https://example.com/a b")`, command);
     }
     const config = loadConfig(parsed.values, process.env);
     const logger = jsonLogger(config.logLevel);
     return await command.run({ flags: parsed.values, positionals: parsed.positionals, config, logger, out, signal: controller.signal });
   } catch (err) {
+    if (err instanceof UsageError) {
+      process.stderr.write(`txbox ${name}: ${err.message}; run txbox ${name} --help for all options\n\n${usage(err.command)}\n`);
+      return EXIT.usage;
+    }
     if (err instanceof CliError) {
       process.stderr.write(`txbox ${name}: ${err.message}\n`);
       return err.exitCode;

@@ -3,13 +3,14 @@ import type { Logger } from '../core/logger.ts';
 import { ConfigError } from '../core/errors.ts';
 import { CliError } from './cli-error.ts';
 import type { TransportConfig } from './config.ts';
+import { importOptional } from './optional-import.ts';
 
 type Factory = (config: TransportConfig, logger: Logger) => Promise<Transport>;
 
 /** Transports the CLI can build from configuration; each loads its client library only when chosen. */
 const FACTORIES: Record<string, Factory> = {
   async http(config, logger) {
-    const { HttpTransport } = await import('../transports/http/index.ts');
+    const { HttpTransport } = await importOptional('the http transport', () => import('../transports/http/index.ts'));
     let transport;
     try {
       transport = new HttpTransport(options(config) as unknown as ConstructorParameters<typeof HttpTransport>[0]);
@@ -27,23 +28,23 @@ const FACTORIES: Record<string, Factory> = {
     return transport;
   },
   async kafka(config, logger) {
-    const { KafkaTransport } = await import('../transports/kafka/index.ts');
+    const { KafkaTransport } = await importOptional('the kafka transport', () => import('../transports/kafka/index.ts'));
     const o: Record<string, unknown> = { ...options(config, 'brokers'), logger };
     if (typeof o.brokers === 'string') o.brokers = o.brokers.split(',');
     return new KafkaTransport(o as unknown as ConstructorParameters<typeof KafkaTransport>[0]);
   },
   async rabbitmq(config, logger) {
-    const { RabbitMqTransport } = await import('../transports/rabbitmq/index.ts');
+    const { RabbitMqTransport } = await importOptional('the rabbitmq transport', () => import('../transports/rabbitmq/index.ts'));
     return new RabbitMqTransport({ ...options(config, 'url'), logger } as unknown as ConstructorParameters<typeof RabbitMqTransport>[0]);
   },
   async nats(config) {
-    const { NatsTransport } = await import('../transports/nats/index.ts');
+    const { NatsTransport } = await importOptional('the nats transport', () => import('../transports/nats/index.ts'));
     const o: Record<string, unknown> = options(config, 'servers');
     if (typeof o.servers === 'string') o.servers = o.servers.split(',');
     return new NatsTransport(o as unknown as ConstructorParameters<typeof NatsTransport>[0]);
   },
   async redis(config, logger) {
-    const { RedisTransport } = await import('../transports/redis/index.ts');
+    const { RedisTransport } = await importOptional('the redis transport', () => import('../transports/redis/index.ts'));
     return new RedisTransport({ ...options(config, 'url'), logger } as unknown as ConstructorParameters<typeof RedisTransport>[0]);
   },
 };

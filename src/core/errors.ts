@@ -11,7 +11,8 @@ export type TxboxErrorCode =
   | 'TXBOX_UNKNOWN_DESTINATION'
   | 'TXBOX_TRANSPORT'
   | 'TXBOX_SCHEMA'
-  | 'TXBOX_ABORTED';
+  | 'TXBOX_ABORTED'
+  | 'TXBOX_NOT_IN_TRANSACTION';
 
 export class TxboxError extends Error {
   readonly code: TxboxErrorCode;
@@ -25,8 +26,9 @@ export class TxboxError extends Error {
 /** Invalid options or configuration. `field` names the setting to fix. */
 export class ConfigError extends TxboxError {
   readonly field: string;
-  constructor(field: string, message: string, options?: { cause?: unknown }) {
-    super('TXBOX_CONFIG', `${field}: ${message}`, options);
+  /** `shown` replaces `field` at the head of the message, e.g. `--older-than 7` for the flag with its value. */
+  constructor(field: string, message: string, options?: { cause?: unknown; shown?: string }) {
+    super('TXBOX_CONFIG', `${options?.shown ?? field}: ${message}`, options);
     this.field = field;
   }
 }
@@ -44,10 +46,12 @@ export class InvalidEventError extends TxboxError {
 export class PayloadTooLargeError extends InvalidEventError {
   readonly bytes: number;
   readonly limit: number;
-  constructor(field: string, bytes: number, limit: number) {
+  constructor(field: string, bytes: number, limit: number, what: 'payload' | 'headers' = 'payload') {
     super(
       field,
-      `serialized payload is ${bytes} bytes, over the limit of ${limit} bytes; store large data elsewhere and put a reference in the event, or raise maxPayloadBytes`,
+      what === 'payload'
+        ? `serialized payload is ${bytes} bytes, over the limit of ${limit} bytes; store large data elsewhere and put a reference in the event, or raise maxPayloadBytes`
+        : `the payload and headers together are ${bytes} bytes, over the limit of ${limit} bytes (headers count toward maxPayloadBytes); keep headers small (trace ids, content type) and put data in the payload, or raise maxPayloadBytes`,
       { code: 'TXBOX_PAYLOAD_TOO_LARGE' },
     );
     this.bytes = bytes;
@@ -94,6 +98,18 @@ export class TransportError extends TxboxError {
   }
   get retriable(): boolean {
     return this.kind === 'retriable';
+  }
+}
+
+/**
+ * `enqueue` was given something that is not an open transaction (a pool, a
+ * client before BEGIN, a database object). Thrown before any SQL is sent.
+ * Create the outbox with `allowAutocommit: true` to write outside a transaction on purpose.
+ */
+export class NotInTransactionError extends TxboxError {
+  readonly field = 'tx';
+  constructor(message: string) {
+    super('TXBOX_NOT_IN_TRANSACTION', `tx: ${message}`);
   }
 }
 

@@ -11,12 +11,23 @@ export const MAX_TABLE_NAME_LENGTH = 48;
  */
 export function checkIdentifier(field: string, value: unknown, maxLength = 63): string {
   if (typeof value !== 'string' || !IDENTIFIER_RE.test(value) || value.length > maxLength) {
+    const example = /schema/i.test(field) ? '"txbox" or "billing"' : '"outbox" or "order_outbox"';
     throw new ConfigError(
       field,
-      `${JSON.stringify(value)} is not a valid name; use letters, digits and underscores, starting with a letter or underscore, at most ${maxLength} characters (pattern ^[A-Za-z_][A-Za-z0-9_]{0,62}$)`,
+      `${JSON.stringify(value)} is not a valid name${whyNot(value, maxLength)}; use letters, digits and underscores, starting with a letter or underscore, at most ${maxLength} characters; e.g. ${example}`,
     );
   }
   return value;
+}
+
+/** The first reason a name is refused, for the message. */
+function whyNot(value: unknown, maxLength: number): string {
+  if (typeof value !== 'string') return ` (it is a ${value === null ? 'null' : typeof value}, not a string)`;
+  if (value.length === 0) return ' (it is empty)';
+  if (value.length > maxLength) return ` (it has ${value.length} characters)`;
+  if (/^[0-9]/.test(value)) return ' (it starts with a digit)';
+  const bad = /[^A-Za-z0-9_]/.exec(value)?.[0];
+  return bad === undefined ? '' : ` (it contains ${JSON.stringify(bad)})`;
 }
 
 /** Quotes an identifier that has already passed checkIdentifier. */

@@ -1,5 +1,9 @@
 import { InvalidEventError } from './errors.ts';
 
+/** A UTF-16 surrogate without its pair: not valid Unicode, refused by PostgreSQL's json and silently replaced in text columns. */
+export const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+export const LONE_SURROGATE_MESSAGE = 'contains a lone UTF-16 surrogate (half of an emoji or other character cut in two), which is not valid Unicode; fix how the string was sliced';
+
 /**
  * Serializes a payload to JSON, refusing what JSON would silently change or drop:
  * functions, symbols, bigints, NaN and Infinity, `undefined` array items, Map,
@@ -18,6 +22,7 @@ function checkJson(value: unknown, path: string, seen: Set<object>): void {
   switch (typeof value) {
     case 'string':
       if (value.includes('\u0000')) fail(path, 'contains a NUL character (\\u0000), which PostgreSQL cannot store in JSON; remove it or encode the data');
+      if (LONE_SURROGATE.test(value)) fail(path, LONE_SURROGATE_MESSAGE);
       return;
     case 'boolean':
       return;
@@ -51,6 +56,7 @@ function checkJson(value: unknown, path: string, seen: Set<object>): void {
     for (const [k, v] of Object.entries(obj)) {
       if (v === undefined) continue; // JSON omits undefined properties, as callers expect
       if (k.includes('\u0000')) fail(path, 'has a property name with a NUL character, which PostgreSQL cannot store in JSON');
+      if (LONE_SURROGATE.test(k)) fail(path, `has a property name with ${LONE_SURROGATE_MESSAGE.slice('contains '.length)}`);
       checkJson(v, `${path}.${k}`, seen);
     }
   }

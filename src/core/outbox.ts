@@ -1,7 +1,8 @@
 import { defaultKey } from './envelope.ts';
-import { ConfigError, InvalidEventError, PayloadTooLargeError, UnknownDestinationError } from './errors.ts';
+import { ConfigError, InvalidEventError, NotInTransactionError, PayloadTooLargeError, UnknownDestinationError } from './errors.ts';
+import { notInTransaction } from './executors.ts';
 import type { EventDefinition, NewEvent } from './events.ts';
-import { serializePayload } from './json.ts';
+import { LONE_SURROGATE, LONE_SURROGATE_MESSAGE, serializePayload } from './json.ts';
 import type { OutboxStore, PreparedEvent, SqlExecutor } from './ports.ts';
 import { isUuid, uuidv7 } from './uuid.ts';
 
@@ -12,10 +13,20 @@ export interface OutboxOptions {
   readonly events?: readonly EventDefinition<string, any, any>[];
   /** Destinations allowed in addition to those of `events`. Default: none. */
   readonly destinations?: readonly string[];
-  /** Largest serialized payload accepted by `enqueue`, in bytes. Default: 1 MiB (1048576). */
+  /**
+   * Largest event accepted by `enqueue`, in bytes: the serialized payload plus
+   * the headers (each name and value, UTF-8). Default: 1 MiB (1048576).
+   */
   readonly maxPayloadBytes?: number;
   /** Largest number of events in one `enqueue` call. Default: 10000. */
   readonly maxBatch?: number;
+  /**
+   * Lets `enqueue` write outside a transaction (a pg Pool, a client before
+   * BEGIN, a PGlite, Kysely, Knex or Drizzle database object): each event then
+   * commits on its own, whatever happens to your business change. Default:
+   * false, and such an `enqueue` throws NotInTransactionError before any SQL.
+   */
+  readonly allowAutocommit?: boolean;
 }
 
 export interface ResolvedOutboxOptions {
@@ -23,6 +34,7 @@ export interface ResolvedOutboxOptions {
   readonly destinations: ReadonlySet<string>;
   readonly maxPayloadBytes: number;
   readonly maxBatch: number;
+  readonly allowAutocommit: boolean;
 }
 
 const ONE_MIB = 1024 * 1024;
@@ -40,7 +52,9 @@ export function resolveOutboxOptions(options: OutboxOptions): ResolvedOutboxOpti
   }
   const maxPayloadBytes = positiveInt('maxPayloadBytes', options.maxPayloadBytes, ONE_MIB);
   const maxBatch = positiveInt('maxBatch', options.maxBatch, 10_000);
-  return Object.freeze({ store, destinations, maxPayloadBytes, maxBatch });
+  const allowAutocommit = options.allowAutocommit ?? false;
+  if (typeof allowAutocommit !== 'boolean') throw new ConfigError('allowAutocommit', `must be true or false, got ${String(allowAutocommit)}`);
+  return Object.freeze({ store, destinations, maxPayloadBytes, maxBatch, allowAutocommit });
 }
 
 function positiveInt(field: string, value: number | undefined, fallback: number): number {
@@ -77,6 +91,10 @@ export function createOutbox(options: OutboxOptions): Outbox {
       if (!tx || typeof tx.query !== 'function') {
         throw new InvalidEventError('tx', "is not a transaction: pass the caller's client or transaction object (anything with query(text, params))");
       }
+      if (!resolved.allowAutocommit) {
+        const problem = notInTransaction(tx);
+        if (problem !== undefined) throw new NotInTransactionError(`${problem}; or create the outbox with allowAutocommit: true to write outside a transaction on purpose`);
+      }
       const list: readonly NewEvent<any, string>[] = Array.isArray(events) ? events : [events as NewEvent<any, string>];
       if (list.length === 0) return [];
       if (list.length > resolved.maxBatch) {
@@ -103,7 +121,10 @@ async function prepareEvent(event: NewEvent<any, string>, at: string, options: R
     throw new UnknownDestinationError(`${at}.destination`, destination, [...options.destinations]);
   }
   const rawAggregateId: unknown = event.aggregateId;
-  const aggregateId = typeof rawAggregateId === 'number' && Number.isFinite(rawAggregateId) ? String(rawAggregateId) : requireText(`${at}.aggregateId`, rawAggregateId);
+  if (typeof rawAggregateId !== 'string' && !(typeof rawAggregateId === 'number' && Number.isFinite(rawAggregateId))) {
+    throw new InvalidEventError(`${at}.aggregateId`, `must be a non-empty string or a finite number (the id of what changed, e.g. the order id), got ${describe(rawAggregateId)}`);
+  }
+  const aggregateId = typeof rawAggregateId === 'number' ? String(rawAggregateId) : requireText(`${at}.aggregateId`, rawAggregateId);
   const key = event.key === undefined ? defaultKey(aggregateType, aggregateId) : requireText(`${at}.key`, event.key);
   let payload: unknown = event.payload;
   if (event.schema) {
@@ -119,27 +140,74 @@ async function prepareEvent(event: NewEvent<any, string>, at: string, options: R
   const payloadJson = serializePayload(`${at}.payload`, payload);
   const bytes = payloadJson.length * 3 <= options.maxPayloadBytes ? payloadJson.length : encoder.encode(payloadJson).length;
   if (bytes > options.maxPayloadBytes) throw new PayloadTooLargeError(`${at}.payload`, bytes, options.maxPayloadBytes);
+  const headers = checkHeaders(`${at}.headers`, event.headers, options.maxPayloadBytes - bytes, bytes, options.maxPayloadBytes);
   let id: string;
   if (event.id === undefined) id = uuidv7();
   else if (typeof event.id === 'string' && isUuid(event.id)) id = event.id.toLowerCase();
-  else throw new InvalidEventError(`${at}.id`, 'must be a UUID string (leave it out to get a fresh UUIDv7)');
+  else throw new InvalidEventError(`${at}.id`, `must be a UUID string, got ${typeof event.id === 'string' ? JSON.stringify(event.id.slice(0, 60)) : describe(event.id)} (leave it out to get a fresh UUIDv7)`);
   const version = event.version ?? null;
   if (version !== null && (!Number.isSafeInteger(version) || version < 0)) {
     throw new InvalidEventError(`${at}.version`, `must be a non-negative integer, got ${String(version)}`);
   }
-  const headers = event.headers ?? {};
-  if (headers === null || typeof headers !== 'object' || Array.isArray(headers)) throw new InvalidEventError(`${at}.headers`, 'must be an object of string values');
-  for (const [name, value] of Object.entries(headers)) {
-    if (typeof value !== 'string') throw new InvalidEventError(`${at}.headers.${name}`, 'header values must be strings');
-  }
   const occurredAt = event.occurredAt ?? new Date();
-  if (!(occurredAt instanceof Date) || Number.isNaN(occurredAt.getTime())) throw new InvalidEventError(`${at}.occurredAt`, 'must be a valid Date');
+  if (!(occurredAt instanceof Date) || Number.isNaN(occurredAt.getTime())) throw new InvalidEventError(`${at}.occurredAt`, `must be a valid Date, got ${occurredAt instanceof Date ? 'an Invalid Date' : describe(occurredAt)}`);
   return { id, type, aggregateType, aggregateId, key, destination, payloadJson, headers, occurredAt, version };
 }
 
 function requireText(field: string, value: unknown): string {
-  if (typeof value !== 'string' || value.length === 0) throw new InvalidEventError(field, 'must be a non-empty string');
-  if (value.length > 1000) throw new InvalidEventError(field, 'must be at most 1000 characters');
-  if (value.includes('\u0000')) throw new InvalidEventError(field, 'must not contain a NUL character');
+  if (typeof value !== 'string' || value.length === 0) throw new InvalidEventError(field, `must be a non-empty string, got ${describe(value)}`);
+  if (value.length > 1000) throw new InvalidEventError(field, `must be at most 1000 characters, got ${value.length}`);
+  if (value.includes('\u0000')) throw new InvalidEventError(field, 'must not contain a NUL character (\\u0000), which PostgreSQL cannot store');
+  if (LONE_SURROGATE.test(value)) throw new InvalidEventError(field, LONE_SURROGATE_MESSAGE);
   return value;
+}
+
+function describe(value: unknown): string {
+  if (value === '') return 'an empty string';
+  if (value === null || value === undefined) return String(value);
+  return `a ${typeof value}`;
+}
+
+/** Most headers one event may carry. */
+export const MAX_HEADERS = 100;
+/** Header names: visible ASCII (no spaces, no control characters), 1 to 200 characters. */
+const HEADER_NAME = /^[\x21-\x7e]{1,200}$/;
+/** Control characters other than tab (CR and LF would split an HTTP header; NUL cannot be stored). */
+const HEADER_VALUE_CONTROL = /[\u0000-\u0008\u000a-\u001f\u007f]/;
+
+/**
+ * Validates headers before any SQL: names are visible ASCII of 1-200
+ * characters, values are strings without control characters (tab allowed) and
+ * with well-formed Unicode, at most MAX_HEADERS of them, and their UTF-8 size
+ * (names plus values) fits in what the payload left of maxPayloadBytes.
+ */
+function checkHeaders(field: string, raw: unknown, room: number, payloadBytes: number, limit: number): Readonly<Record<string, string>> {
+  if (raw === undefined) return {};
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new InvalidEventError(field, `must be an object of string values, got ${Array.isArray(raw) ? 'an array' : describe(raw)}`);
+  const entries = Object.entries(raw as Record<string, unknown>);
+  if (entries.length > MAX_HEADERS) throw new InvalidEventError(field, `has ${entries.length} headers, over the limit of ${MAX_HEADERS}; put the data in the payload`);
+  let bytes = 0;
+  for (const [name, value] of entries) {
+    if (name.length === 0) throw new InvalidEventError(field, 'has an empty header name; give every header a name');
+    if (!HEADER_NAME.test(name)) {
+      throw new InvalidEventError(
+        field,
+        `header name ${JSON.stringify(name)} is not allowed: names are 1 to 200 visible ASCII characters (letters, digits, punctuation; no spaces, control or non-ASCII characters), e.g. "traceparent"`,
+      );
+    }
+    const at = `${field}.${name}`;
+    if (typeof value !== 'string') throw new InvalidEventError(at, `header values must be strings, got ${describe(value)}`);
+    if (value.includes('\u0000')) throw new InvalidEventError(at, 'must not contain a NUL character (\\u0000), which PostgreSQL cannot store');
+    if (HEADER_VALUE_CONTROL.test(value)) throw new InvalidEventError(at, 'must not contain a control character (line breaks included; tab is allowed); encode the value, e.g. as base64 or JSON');
+    if (LONE_SURROGATE.test(value)) throw new InvalidEventError(at, LONE_SURROGATE_MESSAGE);
+    bytes += name.length + (value.length <= 64 && !/[^\x00-\x7f]/.test(value) ? value.length : encoder.encode(value).length);
+    if (bytes > room) throw new PayloadTooLargeError(field, payloadBytes + headerBytes(entries), limit, 'headers');
+  }
+  return raw as Readonly<Record<string, string>>;
+}
+
+function headerBytes(entries: [string, unknown][]): number {
+  let n = 0;
+  for (const [name, value] of entries) n += name.length + (typeof value === 'string' ? encoder.encode(value).length : 0);
+  return n;
 }

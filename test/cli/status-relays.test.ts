@@ -45,7 +45,7 @@ async function statusJson(db: TestDb): Promise<StatusJson> {
   return JSON.parse(r.stdout) as StatusJson;
 }
 
-const relayArgs = (id: string): string[] => ['relay', '--transport', 'http', '--endpoint', 'orders=http://127.0.0.1:9/x', '--lease-ttl-ms', '1000', '--poll-interval-ms', '50', '--relay-id', id];
+const relayArgs = (id: string): string[] => ['relay', '--transport', 'http', '--endpoint', 'orders=http://127.0.0.1:9/x', '--unsigned', '--lease-ttl-ms', '1000', '--poll-interval-ms', '50', '--relay-id', id];
 
 describe('txbox status: relay states', { concurrency: true, timeout: 120_000 }, () => {
   after(async () => {

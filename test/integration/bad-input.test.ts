@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import {
   ConfigError,
   InvalidEventError,
+  NotInTransactionError,
   PayloadTooLargeError,
   UnknownDestinationError,
   createOutbox,
@@ -26,19 +27,27 @@ const OrderCreated = defineEvent({ type: 'OrderCreated', aggregateType: 'Order',
 describe('configuration errors', () => {
   it('rejects an invalid schema or table name, naming the field', () => {
     assert.throws(() => new PostgresOutboxStore({ schema: 'bad-name; DROP TABLE x' }), (e: unknown) => e instanceof ConfigError && e.field === 'schema');
-    assert.throws(() => new PostgresOutboxStore({ table: '1outbox' }), (e: unknown) => e instanceof ConfigError && e.field === 'table' && /letters, digits and underscores/.test(e.message));
-    assert.throws(() => new PostgresOutboxStore({ table: 'x'.repeat(49) }), (e: unknown) => e instanceof ConfigError && /at most 48/.test(e.message));
+    assert.throws(() => new PostgresOutboxStore({ table: '1outbox' }), (e: unknown) => e instanceof ConfigError && e.field === 'table' && /\(it starts with a digit\); use letters, digits and underscores/.test(e.message));
+    assert.throws(
+      () => new PostgresOutboxStore({ table: 'x'.repeat(49) }),
+      (e: unknown) => e instanceof ConfigError && /\(it has 49 characters\).*at most 48 characters/.test(e.message) && !/\{0,62\}/.test(e.message),
+    );
   });
 
   it('rejects a malformed webhook URL, naming the endpoint', () => {
     assert.throws(() => new HttpTransport({ endpoints: { orders: 'not a url' } }), (e: unknown) => e instanceof ConfigError && e.field === 'endpoints.orders');
     assert.throws(() => new HttpTransport({ endpoints: { orders: 'ftp://example.com/x' } }), (e: unknown) => e instanceof ConfigError && e.field === 'endpoints.orders');
+    assert.throws(
+      () => new HttpTransport({ endpoints: { orders: 'localhost:8089/hooks' } }),
+      (e: unknown) => e instanceof ConfigError && e.field === 'endpoints.orders' && /has no scheme; write it as "http:\/\/localhost:8089\/\.\.\."/.test(e.message),
+    );
   });
 
   it('rejects missing or invalid configuration', () => {
     assert.throws(() => createOutbox({} as never), (e: unknown) => e instanceof ConfigError && e.field === 'store');
     assert.throws(() => createOutbox({ store: new PostgresOutboxStore() }), (e: unknown) => e instanceof ConfigError && e.field === 'events');
     assert.throws(() => createOutbox({ store: new PostgresOutboxStore(), events: [OrderCreated], maxPayloadBytes: -1 }), (e: unknown) => e instanceof ConfigError && e.field === 'maxPayloadBytes');
+    assert.throws(() => createOutbox({ store: new PostgresOutboxStore(), events: [OrderCreated], allowAutocommit: 'yes' as never }), (e: unknown) => e instanceof ConfigError && e.field === 'allowAutocommit');
     assert.throws(() => createRelay({ transport: new RecordingTransport() } as never), (e: unknown) => e instanceof ConfigError && e.field === 'store');
     assert.throws(() => pgConnection({ connectionString: 'mysql://x' }), (e: unknown) => e instanceof ConfigError && e.field === 'databaseUrl');
   });
@@ -105,14 +114,74 @@ for (const kind of BACKENDS) {
         check: (e) => e instanceof InvalidEventError && e.field === 'event.aggregateId',
       },
       {
+        name: 'a null aggregate id',
+        event: () => OrderCreated({ aggregateId: null as unknown as string, payload: {} }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.aggregateId' && /non-empty string or a finite number.*got null/.test(e.message),
+      },
+      {
         name: 'a non-UUID event id',
         event: () => OrderCreated({ aggregateId: 1, payload: {}, id: 'order-1' }),
-        check: (e) => e instanceof InvalidEventError && e.field === 'event.id',
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.id' && /got "order-1"/.test(e.message),
       },
       {
         name: 'a non-string header',
         event: () => OrderCreated({ aggregateId: 1, payload: {}, headers: { traceparent: 5 as unknown as string } }),
         check: (e) => e instanceof InvalidEventError && e.field === 'event.headers.traceparent',
+      },
+      {
+        name: 'a header value with a NUL character',
+        event: () => OrderCreated({ aggregateId: 1, payload: {}, headers: { traceparent: 'a\u0000b' } }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.headers.traceparent' && /NUL/.test(e.message),
+      },
+      {
+        name: 'a header name with a NUL character',
+        event: () => OrderCreated({ aggregateId: 1, payload: {}, headers: { 'trace\u0000parent': 'x' } }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.headers' && /name/.test(e.message),
+      },
+      {
+        name: 'an empty header name',
+        event: () => OrderCreated({ aggregateId: 1, payload: {}, headers: { '': 'x' } }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.headers' && /empty/.test(e.message),
+      },
+      {
+        name: 'a header name with a space',
+        event: () => OrderCreated({ aggregateId: 1, payload: {}, headers: { 'trace parent': 'x' } }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.headers' && /visible ASCII/.test(e.message),
+      },
+      {
+        name: 'a header value with a lone surrogate',
+        event: () => OrderCreated({ aggregateId: 1, payload: {}, headers: { note: 'a\ud800b' } }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.headers.note' && /surrogate/.test(e.message),
+      },
+      {
+        name: 'a header value with a line break',
+        event: () => OrderCreated({ aggregateId: 1, payload: {}, headers: { note: 'a\r\nX-Evil: 1' } }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.headers.note' && /control character/.test(e.message),
+      },
+      {
+        name: 'a 5 MB header (headers count toward maxPayloadBytes)',
+        event: () => OrderCreated({ aggregateId: 1, payload: { small: true }, headers: { big: 'x'.repeat(5 * 1024 * 1024) } }),
+        check: (e) => e instanceof PayloadTooLargeError && e.field === 'event.headers' && e.limit === 1048576 && /headers/.test(e.message),
+      },
+      {
+        name: 'more than 100 headers',
+        event: () => OrderCreated({ aggregateId: 1, payload: {}, headers: Object.fromEntries(Array.from({ length: 101 }, (_, i) => [`h${i}`, 'v'])) }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.headers' && /100/.test(e.message),
+      },
+      {
+        name: 'a type with a lone surrogate',
+        event: () => ({ type: 'Order\udc00Created', aggregateType: 'Order', aggregateId: '1', destination: 'orders', payload: {} }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.type' && /surrogate/.test(e.message),
+      },
+      {
+        name: 'a key with a NUL character',
+        event: () => OrderCreated({ aggregateId: 1, payload: {}, key: 'k\u0000' }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.key' && /NUL/.test(e.message),
+      },
+      {
+        name: 'a payload string with a lone surrogate',
+        event: () => OrderCreated({ aggregateId: 1, payload: { note: 'a\ud800' } }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.payload.note' && /surrogate/.test(e.message),
       },
     ];
 
@@ -132,6 +201,15 @@ for (const kind of BACKENDS) {
         assert.equal(events.length, 1);
       });
     }
+
+    it('refuses the connection itself instead of a transaction, writing nothing', async () => {
+      const outbox = createOutbox({ store: new PostgresOutboxStore({ schema: db.schema }), events: [OrderCreated] });
+      await assert.rejects(
+        outbox.enqueue(db.connection, OrderCreated({ aggregateId: 'no-tx', payload: {} })),
+        (e: unknown) => e instanceof NotInTransactionError && e.code === 'TXBOX_NOT_IN_TRANSACTION' && /begins transactions rather than being one/.test(e.message),
+      );
+      assert.equal((await db.query(`SELECT 1 FROM "${db.schema}".outbox WHERE aggregate_id = 'no-tx'`)).length, 0);
+    });
 
     it('names the index of the bad event in a batch', async () => {
       const outbox = createOutbox({ store: new PostgresOutboxStore({ schema: db.schema }), events: [OrderCreated] });

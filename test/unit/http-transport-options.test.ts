@@ -39,6 +39,11 @@ describe('resolveHttpTransportOptions', () => {
       (e: unknown) => e instanceof Error && !e.message.includes('hunter2'),
     );
     configError({ endpoints: { orders: 42 } }, 'endpoints.orders');
+    configError({ endpoints: { orders: 'localhost:8089/hook?token=t0ps3cret' } }, 'endpoints.orders', /has no scheme; write it as "http:\/\/localhost:8089\/\.\.\."/);
+    assert.throws(
+      () => resolveHttpTransportOptions({ endpoints: { orders: 'localhost:8089/hook?token=t0ps3cret' } }),
+      (e: unknown) => e instanceof Error && !e.message.includes('t0ps3cret') && !e.message.includes('uses localhost:'),
+    );
   });
 
   it('requires at least one endpoint', () => {

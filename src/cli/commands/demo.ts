@@ -1,6 +1,8 @@
 import type { Command } from '../command.ts';
 import { CliError, EXIT } from '../cli-error.ts';
 import { Progress, fmt } from '../progress.ts';
+import { parseDuration } from '../../core/duration.ts';
+import { importOptional } from '../optional-import.ts';
 import { runDemo, type DemoReport } from '../demo/demo-run.ts';
 import { HttpDemoSink } from '../demo/http-sink.ts';
 import type { DemoSink } from '../demo/demo-sink.ts';
@@ -8,16 +10,16 @@ import type { DemoSink } from '../demo/demo-sink.ts';
 /** Where the demo publishes; broker sinks take the broker address from --transport-url or TXBOX_TRANSPORT_URL. */
 const SINKS: Record<string, (url: string | undefined) => Promise<DemoSink>> = {
   http: async () => new HttpDemoSink(),
-  kafka: async (url) => new (await import('../demo/kafka-sink.ts')).KafkaDemoSink(url ? { brokers: url } : {}),
-  nats: async (url) => new (await import('../demo/nats-sink.ts')).NatsDemoSink(url ? { servers: url } : {}),
-  rabbitmq: async (url) => new (await import('../demo/rabbitmq-sink.ts')).RabbitMqDemoSink(url),
-  redis: async (url) => new (await import('../demo/redis-sink.ts')).RedisDemoSink(url ?? 'redis://127.0.0.1:6379'),
+  kafka: async (url) => new (await importOptional('the kafka demo', () => import('../demo/kafka-sink.ts'))).KafkaDemoSink(url ? { brokers: url } : {}),
+  nats: async (url) => new (await importOptional('the nats demo', () => import('../demo/nats-sink.ts'))).NatsDemoSink(url ? { servers: url } : {}),
+  rabbitmq: async (url) => new (await importOptional('the rabbitmq demo', () => import('../demo/rabbitmq-sink.ts'))).RabbitMqDemoSink(url),
+  redis: async (url) => new (await importOptional('the redis demo', () => import('../demo/redis-sink.ts'))).RedisDemoSink(url ?? 'redis://127.0.0.1:6379'),
 };
 
 export const demoCommand: Command = {
   name: 'demo',
   summary: 'run an order service, the relay and a receiver, and verify: nothing lost, nothing phantom, per-key order kept',
-  help: `Usage: txbox demo [--events N] [--writers N] [--crash-relay-every MS] [--database-url URL]
+  help: `Usage: txbox demo [--events N] [--writers N] [--crash-relay-every DURATION] [--database-url URL]
 
 Needs no service: an order service on embedded PGlite writes orders and
 payments with concurrent writers (about 10% of transactions roll back), a
@@ -32,7 +34,7 @@ Options:
   --events N               events to commit (default 5000)
   --writers N              concurrent writers (default 8)
   --rollback-rate R        share of transactions rolled back (default 0.1)
-  --crash-relay-every MS   abort the relay this often, as a crash would, and start a new one
+  --crash-relay-every DUR  abort the relay this often (e.g. 300ms, 2s), as a crash would, and start a new one
   --database-url URL       run the same demo on PostgreSQL (a temporary schema, dropped after)
   --transport TYPE         where the relay publishes: http (default, in-process receiver),
                            kafka, rabbitmq, nats or redis (a real broker, read back to verify)
@@ -64,7 +66,7 @@ Options:
       events: int('events', 5000, 1),
       writers: int('writers', 8, 1),
       rollbackRate,
-      crashEveryMs: int('crash-relay-every', 0, 0),
+      crashEveryMs: typeof flags['crash-relay-every'] === 'string' ? parseDuration(flags['crash-relay-every'], '--crash-relay-every') : 0,
       databaseUrl: config.databaseUrl,
       sink,
       onProgress: (line) => progress.update(line),

@@ -3,7 +3,7 @@ import { CliError } from '../cli-error.ts';
 import type { Command } from '../command.ts';
 import { openDatabase } from '../database.ts';
 import { fmt } from '../progress.ts';
-import { parseDuration } from '../config.ts';
+import { parseDuration } from '../../core/duration.ts';
 import { isUuid } from '../../core/uuid.ts';
 import { PostgresInboxAdmin } from '../../stores/postgres/postgres-inbox-admin.ts';
 import { assertMigrated, postgresInboxMigrations } from '../../stores/postgres/postgres-migrations.ts';
@@ -33,6 +33,7 @@ prune    deletes processed rows older than DURATION: keep them longer than any
 
 Options:
   --inbox-table NAME   inbox table (default inbox), in --schema`,
+  positionals: ['ACTION', 'SUBACTION'],
   options: {
     'inbox-table': { type: 'string' },
     print: { type: 'boolean' },
@@ -57,6 +58,8 @@ Options:
     if (!action || !['migrate', 'status', 'dead', 'held', 'prune'].includes(action)) throw new CliError('inbox: choose migrate, status, dead, held or prune (see txbox inbox --help)');
     if (action === 'dead' && !['list', 'retry', 'discard'].includes(sub ?? '')) throw new CliError('inbox dead: choose list, retry or discard');
     if (action === 'held' && !['list', 'retry'].includes(sub ?? '')) throw new CliError('inbox held: choose list or retry');
+    if (action === 'prune' && typeof flags['older-than'] !== 'string') throw new CliError('inbox prune: --older-than is required (e.g. --older-than 7d)');
+    const olderThanMs = action === 'prune' ? parseDuration(flags['older-than'] as string, '--older-than') : 0;
     let limit = 100;
     if (flags.limit !== undefined) {
       limit = Number(flags.limit);
@@ -86,8 +89,7 @@ Options:
         return 0;
       }
       if (action === 'prune') {
-        if (typeof flags['older-than'] !== 'string') throw new CliError('inbox prune: --older-than is required (e.g. 7d)');
-        out(`deleted ${fmt(await admin.prune(parseDuration(flags['older-than'], '--older-than')))} processed row(s)`);
+        out(`deleted ${fmt(await admin.prune(olderThanMs))} processed row(s)`);
         return 0;
       }
       const consumer = typeof flags.consumer === 'string' ? flags.consumer : undefined;

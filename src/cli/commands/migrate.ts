@@ -1,4 +1,4 @@
-import { CliError } from '../cli-error.ts';
+import { CliError, configMessage } from '../cli-error.ts';
 import type { Command } from '../command.ts';
 import { openDatabase } from '../database.ts';
 import { migratePostgres, printMigrations } from '../../stores/postgres/postgres-migrations.ts';
@@ -22,7 +22,7 @@ Options:
       try {
         out(printMigrations(postgresNames({ schema: config.schema, table: config.table })));
       } catch (err) {
-        if (err instanceof ConfigError) throw new CliError(`${config.sources[err.field] ?? err.field}: ${err.message}`);
+        if (err instanceof ConfigError) throw new CliError(configMessage(err, config.sources));
         throw err;
       }
       return 0;

@@ -17,6 +17,7 @@ retry    makes the events pending again with a fresh attempt count
 skip     marks them skipped: never published, no longer holding their key
 discard  deletes them
 Every change is written to the audit table with the actor (default: OS user).`,
+  positionals: ['ACTION'],
   options: {
     destination: { type: 'string' },
     limit: { type: 'string' },
@@ -41,7 +42,7 @@ Every change is written to the audit table with the actor (default: OS user).`,
       selector = ids.length > 0 ? { ids } : destination ? { all: true, destination } : { all: true };
     }
     const limit = flags.limit === undefined ? 100 : Number(flags.limit);
-    if (!Number.isSafeInteger(limit) || limit <= 0) throw new CliError('--limit: must be a positive integer');
+    if (!Number.isSafeInteger(limit) || limit <= 0) throw new CliError(`--limit ${String(flags.limit)}: must be a positive whole number, e.g. --limit 50`);
     const db = await openDatabase(config, logger, true, 'txbox parked');
     try {
       const admin = new PostgresAdmin(db.connection, { schema: config.schema, table: config.table });

@@ -1,6 +1,6 @@
 import type { Command } from '../command.ts';
 import { openDatabase } from '../database.ts';
-import { parseDuration } from '../config.ts';
+import { parseDuration } from '../../core/duration.ts';
 import { Progress, fmt } from '../progress.ts';
 import { CliError } from '../cli-error.ts';
 import { PostgresAdmin } from '../../stores/postgres/postgres-admin.ts';
@@ -18,7 +18,7 @@ rows. Relays do this by themselves (--keep-published); use this for a one-off.`,
     if (typeof flags['older-than'] !== 'string') throw new CliError('prune: --older-than is required (e.g. --older-than 7d)');
     const age = parseDuration(flags['older-than'], '--older-than');
     const batch = flags['batch-size'] === undefined ? 5000 : Number(flags['batch-size']);
-    if (!Number.isSafeInteger(batch) || batch <= 0) throw new CliError('--batch-size: must be a positive integer');
+    if (!Number.isSafeInteger(batch) || batch <= 0) throw new CliError(`--batch-size ${String(flags['batch-size'])}: must be a positive whole number, e.g. --batch-size 5000`);
     const db = await openDatabase(config, logger, true, 'txbox prune');
     const progress = new Progress();
     try {

@@ -1,12 +1,15 @@
 import type { Command } from '../command.ts';
 import { openDatabase } from '../database.ts';
 import { createTransport } from '../transports.ts';
-import { parseDuration } from '../config.ts';
-import { CliError } from '../cli-error.ts';
+import { CliError, configMessage } from '../cli-error.ts';
 import { ConfigError } from '../../core/errors.ts';
+import { parseDuration } from '../../core/duration.ts';
 import { createRelay } from '../../relay/relay.ts';
 import { defaultRelayId } from '../../relay/relay-options.ts';
 import { PostgresRelayStore } from '../../stores/postgres/postgres-relay-store.ts';
+
+/** `--keep-published` when not given: 24h. */
+const DEFAULT_KEEP_PUBLISHED_MS = 24 * 3_600_000;
 
 export const relayCommand: Command = {
   name: 'relay',
@@ -68,7 +71,6 @@ Options:
     // A bad id is reported by createRelay below, naming --relay-id; the connections then just say `txbox relay`.
     const db = await openDatabase(config, logger, true, /^[\w.:@-]{1,120}$/.test(relayId) ? `txbox relay ${relayId}` : 'txbox relay');
     const r = config.relay;
-    const keep = r.keepPublished ?? '24h';
     let relay;
     try {
       relay = createRelay({
@@ -83,11 +85,11 @@ Options:
         ...(r.pollIntervalMs !== undefined ? { pollIntervalMs: r.pollIntervalMs } : {}),
         ...(r.maxAttempts !== undefined ? { retry: { maxAttempts: r.maxAttempts } } : {}),
         ...(r.skipParkedDestinations ? { skipParkedDestinations: r.skipParkedDestinations } : {}),
-        retention: r.deleteOnPublish || keep === 'off' ? false : { keepPublishedMs: parseDuration(keep, 'keepPublished') },
+        retention: r.deleteOnPublish || r.keepPublishedMs === false ? false : { keepPublishedMs: r.keepPublishedMs ?? DEFAULT_KEEP_PUBLISHED_MS },
       });
     } catch (err) {
       await db.connection.close();
-      if (err instanceof ConfigError) throw new CliError(`${config.sources[err.field] ?? err.field}: ${err.message}`);
+      if (err instanceof ConfigError) throw new CliError(configMessage(err, config.sources));
       throw err;
     }
     try {

@@ -8,6 +8,8 @@ import { migratePostgres } from '../../stores/postgres/postgres-migrations.ts';
 import { postgresNames } from '../../stores/postgres/postgres-sql.ts';
 import { pgConnection } from '../../stores/postgres/pg-connection.ts';
 import { CliError, EXIT, redactUrl } from '../cli-error.ts';
+import { connectProblem } from '../database.ts';
+import { importOptional } from '../optional-import.ts';
 import { OrderService, RolledBack, type CommittedEvent } from './order-service.ts';
 import { InventoryService, type ProjectionCheck } from './inventory-service.ts';
 import type { DemoSink } from './demo-sink.ts';
@@ -198,7 +200,7 @@ async function openDemoDatabase(url: string | undefined, schema: string): Promis
       await db.query('SELECT 1');
     } catch (err) {
       await db.close().catch(() => {});
-      throw new CliError(`cannot reach the database at ${redactUrl(url)}: ${(err as Error).message}`, EXIT.database);
+      throw new CliError(`${connectProblem(err, redactUrl(url))}: ${(err as Error).message}`, EXIT.database);
     }
     return {
       db,
@@ -209,9 +211,7 @@ async function openDemoDatabase(url: string | undefined, schema: string): Promis
       },
     };
   }
-  const { PGlite } = await import('@electric-sql/pglite').catch(() => {
-    throw new Error('the embedded demo needs @electric-sql/pglite: npm install @electric-sql/pglite');
-  });
+  const { PGlite } = await importOptional('the embedded demo (without --database-url)', () => import('@electric-sql/pglite'));
   const { pgliteConnection } = await import('../../stores/pglite/pglite-connection.ts');
   const pglite: PGlite = new PGlite();
   return {

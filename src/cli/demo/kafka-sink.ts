@@ -1,3 +1,4 @@
+import { importOptional } from '../optional-import.ts';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Admin, Consumer, Kafka } from 'kafkajs';
@@ -53,7 +54,7 @@ export class KafkaDemoSink implements DemoSink {
   }
 
   async start(deliver: Deliver): Promise<void> {
-    const [mod, kafkajs] = await Promise.all([import('../../transports/kafka/index.ts'), import('kafkajs')]);
+    const [mod, kafkajs] = await importOptional('the kafka demo', () => Promise.all([import('../../transports/kafka/index.ts'), import('kafkajs')]));
     this.#module = mod;
     // Checks the address with the transport's own messages (naming the setting) before anything is created.
     const probe = new mod.KafkaTransport({ brokers: [this.#brokers], allowAutoTopicCreation: true, producers: 1 });

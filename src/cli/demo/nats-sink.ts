@@ -1,3 +1,4 @@
+import { importOptional } from '../optional-import.ts';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { NatsConnection } from '@nats-io/transport-node';
@@ -48,11 +49,9 @@ export class NatsDemoSink implements DemoSink {
   }
 
   async start(deliver: Deliver): Promise<void> {
-    const [mod, { connect, nanos }, { jetstream, jetstreamManager, StorageType }] = await Promise.all([
-      import('../../transports/nats/index.ts'),
-      import('@nats-io/transport-node'),
-      import('@nats-io/jetstream'),
-    ]);
+    const [mod, { connect, nanos }, { jetstream, jetstreamManager, StorageType }] = await importOptional('the nats demo', () =>
+      Promise.all([import('../../transports/nats/index.ts'), import('@nats-io/transport-node'), import('@nats-io/jetstream')]),
+    );
     this.#module = mod;
     // Checks the address and JetStream with the transport's own messages (naming the setting) before anything is created.
     const probe = this.transport();

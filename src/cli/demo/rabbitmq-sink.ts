@@ -1,3 +1,4 @@
+import { importOptional } from '../optional-import.ts';
 import { randomBytes } from 'node:crypto';
 import type { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
 import type { Transport } from '../../core/ports.ts';
@@ -41,7 +42,7 @@ export class RabbitMqDemoSink implements DemoSink {
   }
 
   async start(deliver: Deliver): Promise<void> {
-    const [mod, { connect }] = await Promise.all([import('../../transports/rabbitmq/index.ts'), import('amqplib')]);
+    const [mod, { connect }] = await importOptional('the rabbitmq demo', () => Promise.all([import('../../transports/rabbitmq/index.ts'), import('amqplib')]));
     this.#module = mod;
     // Checks the address and credentials with the transport's own messages (naming url, without the password) first.
     const probe = this.transport();

@@ -133,6 +133,11 @@ function resolveEndpoints(endpoints: HttpTransportOptions['endpoints'] | undefin
   for (const [destination, raw] of Object.entries(endpoints)) {
     const field = `endpoints.${destination}`;
     if (destination.length === 0) throw new ConfigError('endpoints', `has an empty destination name; ${example}`);
+    const hostPort = typeof raw === 'string' ? /^([A-Za-z0-9.-]+:\d+)(\/|\?|$)/.exec(raw)?.[1] : undefined;
+    if (hostPort !== undefined) {
+      // "localhost:8089/hook" would parse as the scheme "localhost:". Only host and port are quoted: the rest may hold a token.
+      throw new ConfigError(field, `has no scheme; write it as "http://${hostPort}/..." or "https://${hostPort}/..."`);
+    }
     let url: URL;
     try {
       if (typeof raw !== 'string' && !(raw instanceof URL)) throw new TypeError('not a string');
