@@ -98,7 +98,7 @@ export function runTransportConformance(options: ConformanceOptions): void {
     return createRelay({
       store: new PostgresRelayStore({ schema, connection: db }),
       transport,
-      leaseTtlMs: 5000,
+      leaseTtlMs: 12_000, // publishTimeoutMs must fit inside the lease (leaseTtlMs minus a 2 s margin)
       pollIntervalMs: 50,
       retry: { baseDelayMs: 100, maxDelayMs: 2000, maxAttempts: 1000 },
       publishTimeoutMs: 10_000,
