@@ -60,7 +60,7 @@ if (transport.type === 'http') {
 } else if (transport.type === 'nats') {
   const { NatsConsumer } = await import('../../transports/nats/index.ts');
   const streams = transport.streams as Record<string, string>;
-  const consumer = new NatsConsumer({ servers: transport.servers as string, stream: streams.orders!, durable: `torture-${settings.run}`, inbox, ackWaitMs: 3000 });
+  const consumer = new NatsConsumer({ servers: transport.servers as string, stream: streams.orders!, durable: `torture-${settings.run}`, inbox, ackWaitMs: 3000, deadLetterSubject: null });
   await consumer.start();
   stop = () => consumer.stop();
 } else {
