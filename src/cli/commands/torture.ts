@@ -75,6 +75,8 @@ Options:
     const failures = tortureFailures(report);
     if (failures.length > 0) {
       out(`FAILED: ${failures.join('; ')}`);
+      if (report.violations.length > 0) out(`first order violations:\n${report.violations.map((l) => `  ${l}`).join('\n')}`);
+      if (report.database === 'PostgreSQL') out(`the run's schema ${report.schema} is kept for inspection (drop it with DROP SCHEMA ${report.schema} CASCADE)`);
       if (report.logTail.length > 0) out(`last relay log lines:\n${report.logTail.map((l) => `  ${l}`).join('\n')}`);
       return EXIT.failure;
     }

@@ -74,10 +74,11 @@ export async function produce(o: ProducerOptions, log: CommittedLog): Promise<vo
     inFlight += count;
     log.transactions++;
     let ids: string[] = [];
+    let base = 0;
     try {
       await o.db.transaction(async (tx) => {
         const { rows } = await tx.query(`SELECT version FROM "${o.schema}".torture_keys WHERE key = $1 FOR UPDATE`, [key]);
-        const base = (rows[0] as { version: number }).version;
+        base = (rows[0] as { version: number }).version;
         await tx.query(`UPDATE "${o.schema}".torture_keys SET version = $2 WHERE key = $1`, [key, base + count]);
         const define = TORTURE_EVENTS[Number(key.slice(1)) % TORTURE_EVENTS.length]!;
         const events = Array.from({ length: count }, (_, i) =>
@@ -87,12 +88,14 @@ export async function produce(o: ProducerOptions, log: CommittedLog): Promise<vo
         if (holdMs > 0) await new Promise((r) => setTimeout(r, holdMs));
         if (rollback) throw new PlannedRollback();
       });
+      // Placed by version (contiguous from 1 for committed events: a rollback undoes its bump), not by
+      // the order commits resolved here: commit order of one key is its version order.
       const list = log.byKey.get(key) ?? [];
       const at = performance.now();
-      for (const id of ids) {
-        list.push(id);
+      ids.forEach((id, i) => {
+        list[base + i] = id;
         log.committedAt.set(id, at);
-      }
+      });
       log.byKey.set(key, list);
       log.committed += count;
     } catch (err) {

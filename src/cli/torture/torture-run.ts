@@ -52,6 +52,8 @@ export interface TortureReport {
   readonly relaysNotStopping: readonly string[];
   /** ms from each kill until live relays leased every bucket the killed relay held (kills of relays holding none are not counted). */
   readonly recovery: { readonly measured: number; readonly p50: number; readonly max: number };
+  /** The first per-key order violations, with their outbox rows, for the report. */
+  readonly violations: readonly string[];
   /** Outbox rows by state at the end (pending or parked rows are the undelivered ones). */
   readonly outboxStates: Readonly<Record<string, number>>;
   readonly inbox: InboxCheck | undefined;
@@ -87,6 +89,8 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
   let fleet: RelayFleet | undefined;
   let consumers: ConsumerFleet | undefined;
   const log: CommittedLog = emptyLog();
+  /** Set when a check failed: the schema stays for inspection. */
+  let keepForInspection = false;
   try {
     await migratePostgres(db, postgresNames({ schema }));
     await createProducerTables(db, schema, o.keys);
@@ -206,9 +210,12 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
       const inbox = consumers ? await consumers.check(db, log) : undefined;
       await consumers?.stopAll();
 
+      const violations = observing ? orderViolationSamples(log.byKey, observer.arrivals) : [];
       const report = observing ? checkDeliveries(log.byKey, observer.arrivals) : { committed: log.committed, delivered: inbox?.appliedUnique ?? 0, lost: inbox?.missing ?? 0, phantom: inbox?.phantom ?? 0, duplicates: inbox?.duplicateApplies ?? 0, orderViolations: inbox?.orderViolations ?? 0 };
       const rolledBackDelivered = observing ? new Set(observer.arrivals.filter((a) => log.rolledBack.has(a.id)).map((a) => a.id)).size : 0;
       const states = await db.query<{ state: string; n: number }>(`SELECT state, count(*)::int AS n FROM "${schema}".outbox GROUP BY state ORDER BY state`);
+      const inboxFailed = inbox !== undefined && inbox.missing + inbox.phantom + inbox.duplicateApplies + inbox.orderViolations + inbox.projectionMismatches > 0;
+      keepForInspection = report.lost + report.phantom + report.orderViolations > 0 || inboxFailed;
       return {
         database: label,
         transport: observing ? observer.name : `HTTP webhooks to ${o.consumers} inbox consumer processes`,
@@ -235,6 +242,7 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
         relaysNotStopping,
         recovery: recoveryTimes(kills),
         outboxStates: Object.fromEntries(states.rows.map((r) => [r.state, Number(r.n)])),
+        violations: await describeViolations(db, schema, violations),
         inbox,
         elapsedMs: performance.now() - started,
         produceMs,
@@ -252,8 +260,43 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
     await consumers?.stopAll().catch(() => {});
     await sink?.close().catch(() => {});
     rmSync(tmp, { recursive: true, force: true });
-    await close(o.keep ? undefined : schema);
+    await close(o.keep || keepForInspection ? undefined : schema);
   }
+}
+
+/** The first few arrivals that broke their key's order (first deliveries only). */
+function orderViolationSamples(committed: ReadonlyMap<string, readonly string[]>, arrivals: readonly { id: string; key: string }[]): { key: string; got: string; expected: string | undefined; index: number }[] {
+  const position = new Map<string, number>();
+  for (const ids of committed.values()) ids.forEach((id, i) => position.set(id, i));
+  const seen = new Set<string>();
+  const next = new Map<string, number>();
+  const out: { key: string; got: string; expected: string | undefined; index: number }[] = [];
+  arrivals.forEach((a, index) => {
+    const pos = position.get(a.id);
+    if (pos === undefined || seen.has(a.id)) return;
+    seen.add(a.id);
+    const want = next.get(a.key) ?? 0;
+    if (pos !== want && out.length < 5) out.push({ key: a.key, got: a.id, expected: committed.get(a.key)?.[want], index });
+    next.set(a.key, Math.max(want, pos + 1));
+  });
+  return out;
+}
+
+/** One line per sample: the key, and seq, version, attempts and times of both outbox rows. */
+async function describeViolations(db: PostgresConnection, schema: string, samples: ReturnType<typeof orderViolationSamples>): Promise<string[]> {
+  const lines: string[] = [];
+  for (const v of samples) {
+    const { rows } = await db.query<{ id: string; seq: string; version: string; attempts: number; created_at: Date; done_at: Date | null }>(
+      `SELECT id, seq, version, attempts, created_at, done_at FROM "${schema}".outbox WHERE id = ANY($1::uuid[])`,
+      [[v.got, v.expected].filter(Boolean)],
+    );
+    const row = (id: string | undefined): string => {
+      const r = rows.find((x) => x.id === id);
+      return r ? `${id} (seq ${r.seq}, version ${r.version}, attempts ${r.attempts}, created ${r.created_at.toISOString()}, published ${r.done_at?.toISOString() ?? '-'})` : `${id ?? '?'} (no outbox row)`;
+    };
+    lines.push(`key ${v.key}: arrival #${v.index} was ${row(v.got)} before any delivery of ${row(v.expected)}`);
+  }
+  return lines;
 }
 
 /** Polls (every 50 ms, for at most a minute) until live relays lease every bucket the killed relay held. */
