@@ -59,7 +59,7 @@ describe('txbox torture', { timeout: 1_800_000 }, () => {
       [['--minutes', 'soon'], /--minutes: must be a positive number of minutes/],
       [['--minutes', '1', '--duration', '1m'], /give one of them/],
       [['--transport', 'carrier-pigeon'], /--transport: unknown "carrier-pigeon"; choose one of http, nats, redis, kafka, rabbitmq/],
-      [['--events', '-3'], /--events: must be an integer from 1/],
+      [['--events', '0'], /--events: must be an integer from 1/],
       [['--inbox'], /--inbox: needs PostgreSQL/],
     ];
     for (const [flags, message] of cases) {
