@@ -135,7 +135,9 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
     let pausing: Promise<void> = Promise.resolve();
     const chaos = (async () => {
       while (faultsLeft() > 0 && !io.signal.aborted) {
-        await sleep(meanGapMs * (0.5 + random.next()));
+        // Once the producers are done (early, under --duration), the faults left come at the default pace.
+        const gap = producing ? meanGapMs : Math.min(meanGapMs, Math.max(400, o.leaseTtlMs / 2));
+        await sleep(gap * (0.5 + random.next()));
         const live = relays.members.filter((m) => !m.paused);
         if (live.length === 0) continue;
         // Prefer a relay that holds leases: killing one that is still starting proves less.
