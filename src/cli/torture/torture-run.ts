@@ -136,8 +136,14 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
     const chaos = (async () => {
       while (faultsLeft() > 0 && !io.signal.aborted) {
         // Once the producers are done (early, under --duration), the faults left come at the default pace.
-        const gap = producing ? meanGapMs : Math.min(meanGapMs, Math.max(400, o.leaseTtlMs / 2));
-        await sleep(gap * (0.5 + random.next()));
+        const share = 0.5 + random.next();
+        const waitFrom = performance.now();
+        while (!io.signal.aborted) {
+          const gap = producing ? meanGapMs : Math.min(meanGapMs, Math.max(400, o.leaseTtlMs / 2));
+          const left = gap * share - (performance.now() - waitFrom);
+          if (left <= 0) break;
+          await sleep(Math.min(left, 100));
+        }
         const live = relays.members.filter((m) => !m.paused);
         if (live.length === 0) continue;
         // Prefer a relay that holds leases: killing one that is still starting proves less.
