@@ -19,8 +19,9 @@ import { relayCommand } from './commands/relay.ts';
 import { replayCommand } from './commands/replay.ts';
 import { secretCommand } from './commands/secret.ts';
 import { statusCommand } from './commands/status.ts';
+import { tortureCommand } from './commands/torture.ts';
 
-const COMMANDS: Command[] = [migrateCommand, relayCommand, statusCommand, parkedCommand, replayCommand, pruneCommand, inboxCommand, secretCommand, demoCommand];
+const COMMANDS: Command[] = [migrateCommand, relayCommand, statusCommand, parkedCommand, replayCommand, pruneCommand, inboxCommand, secretCommand, demoCommand, tortureCommand];
 
 function version(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };

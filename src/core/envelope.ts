@@ -63,3 +63,11 @@ export interface StoredEvent extends OutboxEvent {
 export function defaultKey(aggregateType: string, aggregateId: string): string {
   return `${aggregateType}:${aggregateId}`;
 }
+
+/**
+ * Sets a header as an own property, so that a header named `__proto__` (a
+ * legal header name) is kept rather than swallowed by the prototype setter.
+ */
+export function ownHeader<T>(headers: Record<string, T>, name: string, value: T): void {
+  Object.defineProperty(headers, name, { value, enumerable: true, writable: true, configurable: true });
+}

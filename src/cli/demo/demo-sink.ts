@@ -8,6 +8,12 @@ import type { Transport } from '../../core/ports.ts';
  */
 export type Deliver = (event: OutboxEvent) => Promise<void>;
 
+/** A transport as `txbox relay` reads it from a config file: `type` plus the transport's JSON options. */
+export interface RelayTransportConfig {
+  readonly type: string;
+  readonly [option: string]: unknown;
+}
+
 /** One event as it reached the downstream side. `at` is performance.now() in this process. */
 export interface Arrival {
   readonly id: string;
@@ -27,5 +33,11 @@ export interface DemoSink {
   start(deliver: Deliver): Promise<void>;
   /** A fresh transport (the demo makes a new one after each simulated crash). */
   transport(): Transport;
+  /**
+   * The same transport as a `txbox relay` configuration (the config file's
+   * "transport" object, JSON only), so that relay processes publish where
+   * this sink reads. `txbox torture` runs its relays with it. After start().
+   */
+  relayTransport(): RelayTransportConfig;
   close(): Promise<void>;
 }

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Admin, Consumer, Kafka } from 'kafkajs';
 import type { Transport } from '../../core/ports.ts';
-import type { Arrival, DemoSink, Deliver } from './demo-sink.ts';
+import type { Arrival, DemoSink, Deliver, RelayTransportConfig } from './demo-sink.ts';
 
 export interface KafkaDemoSinkOptions {
   /** The bootstrap broker, `host:port`. Default: `'127.0.0.1:9092'` (scripts/kafka/up.sh). */
@@ -111,6 +111,10 @@ export class KafkaDemoSink implements DemoSink {
     if (!this.#module) throw new Error('KafkaDemoSink: call start() first');
     const topics = Object.fromEntries(DESTINATIONS.map((d) => [d, this.#topic]));
     return new this.#module.KafkaTransport({ brokers: [this.#brokers], clientId: 'txbox-demo-relay', topics });
+  }
+
+  relayTransport(): RelayTransportConfig {
+    return { type: 'kafka', brokers: [this.#brokers], clientId: 'txbox-torture-relay', topics: Object.fromEntries(DESTINATIONS.map((d) => [d, this.#topic])) };
   }
 
   async close(): Promise<void> {

@@ -5,7 +5,7 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import type { ConsumerMessages, JetStreamManager } from '@nats-io/jetstream';
 import type { Transport } from '../../core/ports.ts';
 import { KeyedDispatcher } from '../../inbox/keyed-dispatcher.ts';
-import type { Arrival, DemoSink, Deliver } from './demo-sink.ts';
+import type { Arrival, DemoSink, Deliver, RelayTransportConfig } from './demo-sink.ts';
 
 export interface NatsDemoSinkOptions {
   /** The NATS server (JetStream on). Default: `'127.0.0.1:4222'`. */
@@ -90,6 +90,10 @@ export class NatsDemoSink implements DemoSink {
       streams: { orders: this.#stream, payments: this.#stream },
       reconnectTimeWaitMs: 250,
     });
+  }
+
+  relayTransport(): RelayTransportConfig {
+    return { type: 'nats', servers: this.#servers, subjectPrefix: this.#prefix, streams: { orders: this.#stream, payments: this.#stream }, reconnectTimeWaitMs: 250 };
   }
 
   async close(): Promise<void> {

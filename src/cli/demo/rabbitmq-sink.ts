@@ -2,7 +2,7 @@ import { importOptional } from '../optional-import.ts';
 import { randomBytes } from 'node:crypto';
 import type { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
 import type { Transport } from '../../core/ports.ts';
-import type { Arrival, DemoSink, Deliver } from './demo-sink.ts';
+import type { Arrival, DemoSink, Deliver, RelayTransportConfig } from './demo-sink.ts';
 
 type RabbitMqModule = typeof import('../../transports/rabbitmq/index.ts');
 
@@ -73,6 +73,10 @@ export class RabbitMqDemoSink implements DemoSink {
       reconnectMaxDelayMs: 1000,
       connectionName: 'txbox demo relay',
     });
+  }
+
+  relayTransport(): RelayTransportConfig {
+    return { type: 'rabbitmq', url: this.#url, exchange: this.#names, confirmTimeoutMs: 5000, reconnectMaxDelayMs: 1000, connectionName: 'txbox torture relay' };
   }
 
   async close(): Promise<void> {

@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import type { Transport } from '../../core/ports.ts';
 import { RedisTransport, parseStreamEntry, resolveRedisTransportOptions } from '../../transports/redis/index.ts';
-import type { Arrival, DemoSink, Deliver } from './demo-sink.ts';
+import type { Arrival, DemoSink, Deliver, RelayTransportConfig } from './demo-sink.ts';
 
 const DESTINATIONS = ['orders', 'payments'] as const;
 
@@ -52,6 +52,10 @@ export class RedisDemoSink implements DemoSink {
 
   transport(): Transport {
     return new RedisTransport({ url: this.#url, streamPrefix: this.#prefix, commandTimeoutMs: 5000 });
+  }
+
+  relayTransport(): RelayTransportConfig {
+    return { type: 'redis', url: this.#url, streamPrefix: this.#prefix, commandTimeoutMs: 5000 };
   }
 
   async close(): Promise<void> {

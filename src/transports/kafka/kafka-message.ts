@@ -4,7 +4,7 @@
  * other fields in `txbox-*` headers, and the event's own headers (trace
  * context) as they are. And the reverse, for consumers.
  */
-import { payloadText, type OutboxEvent } from '../../core/envelope.ts';
+import { ownHeader, payloadText, type OutboxEvent } from '../../core/envelope.ts';
 import type { KafkaRecord } from './kafka-client.ts';
 import { checkedInbound } from '../../core/inbound-event.ts';
 
@@ -47,7 +47,7 @@ export function buildKafkaRecord(event: OutboxEvent, topic: string): BuiltRecord
   const headers: Record<string, string> = {};
   let bytes = BATCH_OVERHEAD + RECORD_OVERHEAD + Buffer.byteLength(key, 'utf8') + Buffer.byteLength(value, 'utf8');
   const add = (name: string, text: string): void => {
-    headers[name] = text;
+    ownHeader(headers, name, text);
     bytes += HEADER_OVERHEAD + Buffer.byteLength(name, 'utf8') + Buffer.byteLength(text, 'utf8');
   };
   let contentType = DEFAULT_CONTENT_TYPE;
@@ -110,7 +110,7 @@ export function parseKafkaMessage(message: KafkaMessageLike, destination = ''): 
     const text = typeof first === 'string' ? first : (first as Buffer).toString('utf8');
     const lower = name.toLowerCase();
     if (lower.startsWith('txbox-')) h.set(lower, text);
-    else if (!(lower === KAFKA_HEADER.contentType && text === DEFAULT_CONTENT_TYPE)) eventHeaders[name] = text;
+    else if (!(lower === KAFKA_HEADER.contentType && text === DEFAULT_CONTENT_TYPE)) ownHeader(eventHeaders, name, text);
   }
   const id = h.get(KAFKA_HEADER.id);
   const type = h.get(KAFKA_HEADER.type);

@@ -6,7 +6,7 @@
  * reads such a message back into the envelope.
  */
 import { headers as natsHeaders, type MsgHdrs } from '@nats-io/transport-node';
-import { payloadText, type OutboxEvent } from '../../core/envelope.ts';
+import { ownHeader, payloadText, type OutboxEvent } from '../../core/envelope.ts';
 import { checkedInbound } from '../../core/inbound-event.ts';
 
 export const HEADER = {
@@ -164,7 +164,7 @@ export function parseNatsMessage(m: ReceivedNatsMessage): ParsedNatsMessage {
     if (lower.startsWith('nats-') || lower.startsWith('txbox-')) continue;
     const value = get(name);
     if (lower === HEADER.contentType && value === 'application/json') continue;
-    headers[name] = value;
+    ownHeader(headers, name, value);
   }
   const aggregateType = get(HEADER.aggregateType);
   const aggregateId = get(HEADER.aggregateId);

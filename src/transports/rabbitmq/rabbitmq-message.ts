@@ -6,7 +6,7 @@
  * `decodeRabbitMqMessage` rebuilds the envelope on the consuming side.
  */
 import type { Message, Options } from 'amqplib';
-import { payloadText, type EventHeaders, type OutboxEvent } from '../../core/envelope.ts';
+import { ownHeader, payloadText, type EventHeaders, type OutboxEvent } from '../../core/envelope.ts';
 import { checkedInbound } from '../../core/inbound-event.ts';
 
 /** The AMQP header names txbox sets. Event headers cannot override them. */
@@ -45,7 +45,7 @@ export function encodeRabbitMqMessage(event: OutboxEvent): EncodedRabbitMqMessag
   if (eventHeaders) {
     for (const name in eventHeaders) {
       const value = eventHeaders[name];
-      if (typeof value === 'string' && !name.startsWith(RESERVED_PREFIX) && !ROUTING_HEADERS.has(name)) headers[name] = value;
+      if (typeof value === 'string' && !name.startsWith(RESERVED_PREFIX) && !ROUTING_HEADERS.has(name)) ownHeader(headers, name, value);
     }
   }
   headers[RABBITMQ_HEADERS.aggregateType] = event.aggregateType;
@@ -94,7 +94,7 @@ export function decodeRabbitMqMessage(message: Message): DecodedRabbitMqMessage 
   const raw = (p.headers ?? {}) as Record<string, unknown>;
   const headers: Record<string, string> = {};
   for (const [name, value] of Object.entries(raw)) {
-    if (!name.startsWith(RESERVED_PREFIX) && typeof value === 'string') headers[name] = value;
+    if (!name.startsWith(RESERVED_PREFIX) && typeof value === 'string') ownHeader(headers, name, value);
   }
   const text = (name: string): string | undefined => (typeof raw[name] === 'string' ? (raw[name] as string) : undefined);
   const aggregateType = text(RABBITMQ_HEADERS.aggregateType) ?? '';

@@ -1,0 +1,202 @@
+/**
+ * The receiving side of `txbox torture --inbox`: consumer processes
+ * (consumer-process.ts) using txbox's consumer and inbox, killed at random
+ * mid-handler or between commit and ack, restarted in the same slot; and the
+ * final check that every committed event was applied exactly once and every
+ * key's projection holds its last committed version.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+import { extname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { PostgresConnection } from '../../stores/postgres/postgres-connection.ts';
+import { inboxNames } from '../../stores/postgres/postgres-inbox-store.ts';
+import { migrateInbox } from '../../stores/postgres/postgres-migrations.ts';
+import { generateWebhookSecret } from '../../transports/http/index.ts';
+import type { RelayTransportConfig } from '../demo/demo-sink.ts';
+import { DESTINATIONS, type CommittedLog } from './producers.ts';
+import type { Random } from './random.ts';
+
+export const INBOX_TRANSPORTS = ['http', 'redis', 'nats'];
+
+/** What a consumer process is told (as JSON in TXBOX_TORTURE_CONSUMER). */
+export interface ConsumerSettings {
+  readonly databaseUrl: string;
+  readonly schema: string;
+  readonly run: string;
+  readonly slot: number;
+  readonly transport: RelayTransportConfig;
+  /** http: the port it listens on (the same after each restart) and the signing secret. */
+  readonly port?: number;
+  readonly secret?: string;
+}
+
+export interface InboxCheck {
+  readonly appliedUnique: number;
+  /** Committed events never applied. */
+  readonly missing: number;
+  /** Applied events that were never committed. */
+  readonly phantom: number;
+  /** Applications beyond the first of one event (the inbox must prevent them all). */
+  readonly duplicateApplies: number;
+  /** First applications of a key not in version order. */
+  readonly orderViolations: number;
+  /** Keys whose projected version differs from their last committed version. */
+  readonly projectionMismatches: number;
+  /** Inbox rows left dead, failed, held or retrying. */
+  readonly inboxUnsettled: number;
+  readonly consumerKills: number;
+  readonly consumerRestarts: number;
+}
+
+interface Slot {
+  readonly slot: number;
+  readonly port: number | undefined;
+  child: ChildProcess | undefined;
+  exited: Promise<void>;
+}
+
+export interface ConsumerFleetOptions {
+  readonly databaseUrl: string;
+  readonly schema: string;
+  readonly run: string;
+  readonly transport: RelayTransportConfig;
+  readonly count: number;
+  readonly seed: number;
+}
+
+export class ConsumerFleet {
+  readonly #o: ConsumerFleetOptions;
+  readonly #slots: Slot[] = [];
+  readonly #secret = generateWebhookSecret();
+  #kills = 0;
+  #restarts = 0;
+
+  constructor(o: ConsumerFleetOptions) {
+    if (!INBOX_TRANSPORTS.includes(o.transport.type)) {
+      throw new Error(`--inbox: consumer processes exist for ${INBOX_TRANSPORTS.join(', ')}; got --transport ${o.transport.type}`);
+    }
+    this.#o = o;
+  }
+
+  /** Creates the inbox, projection and applied tables and starts the consumer processes. */
+  async start(db: PostgresConnection): Promise<void> {
+    const s = this.#o.schema;
+    await migrateInbox(db, inboxNames({ schema: s }));
+    await db.query(`CREATE TABLE "${s}".torture_view (key text PRIMARY KEY, version bigint NOT NULL, event_id uuid)`);
+    await db.query(`CREATE TABLE "${s}".torture_applied (n bigserial PRIMARY KEY, event_id uuid NOT NULL, key text NOT NULL, version integer NOT NULL)`);
+    for (let slot = 0; slot < this.#o.count; slot++) {
+      const port = this.#o.transport.type === 'http' ? await freePort() : undefined;
+      const s: Slot = { slot, port, child: undefined, exited: Promise.resolve() };
+      this.#slots.push(s);
+      await this.#spawn(s);
+    }
+  }
+
+  /** The relays' transport with --inbox over HTTP: each destination posts to one consumer process. */
+  httpTransport(): RelayTransportConfig {
+    const endpoints = Object.fromEntries(DESTINATIONS.map((d, i) => [d, `http://127.0.0.1:${this.#slots[i % this.#slots.length]!.port}/${d}`]));
+    return { type: 'http', endpoints, secret: this.#secret, timeoutMs: 5000 };
+  }
+
+  async #spawn(s: Slot): Promise<void> {
+    const settings: ConsumerSettings = { databaseUrl: this.#o.databaseUrl, schema: this.#o.schema, run: this.#o.run, slot: s.slot, transport: this.#o.transport, ...(s.port !== undefined ? { port: s.port, secret: this.#secret } : {}) };
+    const here = fileURLToPath(import.meta.url);
+    const script = fileURLToPath(new URL(`./consumer-process${extname(here)}`, import.meta.url));
+    const child = spawn(process.execPath, [...process.execArgv, script], {
+      env: { ...process.env, TXBOX_TORTURE_CONSUMER: JSON.stringify(settings) },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-2000)));
+    s.child = child;
+    s.exited = new Promise((resolve) => child.once('close', () => resolve()));
+    await new Promise<void>((resolve, reject) => {
+      child.stdout!.on('data', (d: Buffer) => {
+        if (d.toString().includes('ready')) resolve();
+      });
+      child.once('close', (code, signal) => reject(new Error(`torture consumer ${s.slot} exited before it was ready (${code ?? signal}): ${stderr.trim().slice(-500)}`)));
+    });
+  }
+
+  /** Arms a crash in one consumer (SIGKILL at its next event, mid-handler or after commit); SIGKILL after 2 s anyway; restarts it. */
+  async killOne(random: Random): Promise<void> {
+    const s = random.pick(this.#slots);
+    if (!s.child) return;
+    this.#kills++;
+    s.child.kill('SIGUSR2');
+    const timer = setTimeout(() => s.child?.kill('SIGKILL'), 2000);
+    await s.exited;
+    clearTimeout(timer);
+    this.#restarts++;
+    await this.#spawn(s);
+  }
+
+  /** Cheap progress test for the drain: as many distinct events applied as committed. */
+  async caughtUp(db: PostgresConnection, log: CommittedLog): Promise<boolean> {
+    const { rows } = await db.query<{ n: number }>(`SELECT count(DISTINCT event_id)::int AS n FROM "${this.#o.schema}".torture_applied`);
+    return Number(rows[0]?.n ?? 0) >= log.committed;
+  }
+
+  async check(db: PostgresConnection, log: CommittedLog): Promise<InboxCheck> {
+    const s = this.#o.schema;
+    const applied = await db.query<{ event_id: string; key: string; version: number }>(`SELECT event_id, key, version FROM "${s}".torture_applied ORDER BY n`);
+    const committed = new Set(log.committedAt.keys());
+    const times = new Map<string, number>();
+    const next = new Map<string, number>();
+    let phantom = 0;
+    let orderViolations = 0;
+    for (const r of applied.rows) {
+      const n = (times.get(r.event_id) ?? 0) + 1;
+      times.set(r.event_id, n);
+      if (!committed.has(r.event_id)) phantom++;
+      if (n > 1) continue;
+      const expected = (next.get(r.key) ?? 0) + 1;
+      if (Number(r.version) !== expected) orderViolations++;
+      next.set(r.key, Math.max(expected, Number(r.version)));
+    }
+    let missing = 0;
+    for (const id of committed) if (!times.has(id)) missing++;
+    const view = new Map((await db.query<{ key: string; version: string }>(`SELECT key, version FROM "${s}".torture_view`)).rows.map((r) => [r.key, Number(r.version)]));
+    let projectionMismatches = 0;
+    for (const [key, ids] of log.byKey) if (view.get(key) !== ids.length) projectionMismatches++;
+    for (const key of view.keys()) if (!log.byKey.has(key)) projectionMismatches++;
+    const unsettled = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${s}".inbox WHERE status <> 'processed'`);
+    return {
+      appliedUnique: times.size,
+      missing,
+      phantom,
+      duplicateApplies: applied.rows.length - times.size,
+      orderViolations,
+      projectionMismatches,
+      inboxUnsettled: Number(unsettled.rows[0]?.n ?? 0),
+      consumerKills: this.#kills,
+      consumerRestarts: this.#restarts,
+    };
+  }
+
+  async stopAll(): Promise<void> {
+    await Promise.all(
+      this.#slots.map(async (s) => {
+        const child = s.child;
+        s.child = undefined;
+        if (!child || child.exitCode !== null || child.signalCode !== null) return;
+        child.kill('SIGTERM');
+        const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+        await s.exited;
+        clearTimeout(timer);
+      }),
+    );
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}

@@ -1,0 +1,367 @@
+/**
+ * One `txbox torture` run: producers commit (and roll back) events while
+ * relays are killed, paused past their lease and cut off from the database;
+ * an independent observer records what arrived; at the end every committed
+ * event is checked against the deliveries (and, with --inbox, against what
+ * the consumer processes applied).
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import type { PGlite } from '@electric-sql/pglite';
+import { checkDeliveries } from '../../testing/order-check.ts';
+import type { PostgresConnection } from '../../stores/postgres/postgres-connection.ts';
+import { migratePostgres } from '../../stores/postgres/postgres-migrations.ts';
+import { postgresNames } from '../../stores/postgres/postgres-sql.ts';
+import { pgConnection } from '../../stores/postgres/pg-connection.ts';
+import { CliError, EXIT, redactUrl } from '../cli-error.ts';
+import type { DemoSink } from '../demo/demo-sink.ts';
+import { createObserver, observerRejections } from './observer.ts';
+import { createProducerTables, emptyLog, produce, type CommittedLog } from './producers.ts';
+import { InProcessRelayFleet, ProcessRelayFleet, type RelayFleet } from './relay-fleet.ts';
+import { ConsumerFleet, type InboxCheck } from './consumer-fleet.ts';
+import { Random } from './random.ts';
+import type { TortureOptions } from './torture-options.ts';
+
+export interface TortureReport {
+  readonly database: string;
+  readonly transport: string;
+  readonly relays: string;
+  readonly seed: number;
+  readonly schema: string;
+  readonly transactions: number;
+  readonly rolledBackTransactions: number;
+  readonly longTransactions: number;
+  readonly failedTransactions: number;
+  readonly committed: number;
+  readonly delivered: number;
+  readonly lost: number;
+  readonly phantom: number;
+  /** Of the phantoms: ids of rolled-back transactions. */
+  readonly rolledBackDelivered: number;
+  readonly duplicates: number;
+  readonly orderViolations: number;
+  readonly signatureFailures: number;
+  readonly unreadable: number;
+  readonly kills: number;
+  readonly pauses: number;
+  readonly terminatedSessions: number;
+  readonly terminations: number;
+  readonly unexpectedRelayExits: number;
+  readonly relaysNotStopping: readonly string[];
+  /** ms from each kill until live relays leased every bucket the killed relay held (kills of relays holding none are not counted). */
+  readonly recovery: { readonly measured: number; readonly p50: number; readonly max: number };
+  /** The first per-key order violations, with their outbox rows, for the report. */
+  readonly violations: readonly string[];
+  /** Outbox rows by state at the end (pending or parked rows are the undelivered ones). */
+  readonly outboxStates: Readonly<Record<string, number>>;
+  readonly inbox: InboxCheck | undefined;
+  readonly elapsedMs: number;
+  readonly produceMs: number;
+  readonly drainMs: number;
+  readonly timedOut: boolean;
+  readonly interrupted: boolean;
+  readonly logTail: readonly string[];
+}
+
+export interface TortureIo {
+  readonly onProgress: (line: string) => void;
+  readonly signal: AbortSignal;
+}
+
+interface Kill {
+  readonly at: number;
+  /** Buckets the relay held (unexpired lease) just before it was killed. */
+  readonly buckets: readonly number[];
+  /** ms from the kill until live relays held every one of those buckets again. */
+  takeoverMs: number | undefined;
+}
+
+export async function runTorture(o: TortureOptions, io: TortureIo): Promise<TortureReport> {
+  const run = randomBytes(3).toString('hex');
+  const schema = `txbox_torture_${run}`;
+  const started = performance.now();
+  const random = new Random(o.seed);
+  const { db, label, close } = await openDatabase(o, run, schema);
+  const tmp = mkdtempSync(join(tmpdir(), 'txbox-torture-'));
+  let sink: DemoSink | undefined;
+  let fleet: RelayFleet | undefined;
+  let consumers: ConsumerFleet | undefined;
+  const log: CommittedLog = emptyLog();
+  /** Set when a check failed: the schema stays for inspection. */
+  let keepForInspection = false;
+  try {
+    await migratePostgres(db, postgresNames({ schema }));
+    await createProducerTables(db, schema, o.keys);
+
+    sink = await createObserver(o.transport, o.transportUrl);
+    await sink.start(async () => {});
+    const observer = sink;
+    let relayTransport = observer.relayTransport();
+    if (o.inbox) {
+      consumers = new ConsumerFleet({ databaseUrl: o.databaseUrl!, schema, run, transport: relayTransport, count: o.consumers, seed: o.seed });
+      await consumers.start(db);
+      // HTTP: the relays post to the consumer processes; the observer is then the consumers' applied table.
+      if (o.transport === 'http') relayTransport = consumers.httpTransport();
+    }
+    const tuning = { leaseTtlMs: o.leaseTtlMs, batchSize: 100, pollIntervalMs: 100 };
+    fleet =
+      o.databaseUrl === undefined
+        ? new InProcessRelayFleet(db, schema, run, () => observer.transport(), tuning)
+        : new ProcessRelayFleet({ databaseUrl: o.databaseUrl, schema, run, configPath: join(tmp, 'relay.json'), transport: relayTransport, tuning });
+    await fleet.start(o.relays);
+    const relays = fleet;
+    // Warm-up: faults start once every relay holds leases (a relay process takes a moment to start).
+    const warmDeadline = performance.now() + 60_000;
+    while (performance.now() < warmDeadline && !io.signal.aborted) {
+      const { rows: owners } = await db.query<{ n: number }>(`SELECT count(DISTINCT owner)::int AS n FROM "${schema}".outbox_buckets WHERE lease_until > now()`);
+      if (Number(owners[0]?.n ?? 0) >= o.relays) break;
+      await sleep(100);
+    }
+
+    // Faults: kills (SIGKILL or abort), pauses past the lease, terminated sessions, consumer kills.
+    const kills: Kill[] = [];
+    const takeovers: Promise<void>[] = [];
+    let pauses = 0;
+    let terminations = 0;
+    let terminatedSessions = 0;
+    let producing = true;
+    const processes = fleet.kind === 'processes';
+    const plan = { kills: o.kills, pauses: processes ? Math.max(1, Math.floor(o.kills / 10)) : 0, terminations: processes ? Math.max(1, Math.floor(o.kills / 5)) : 0, consumerKills: consumers ? Math.ceil(o.kills / 2) : 0 };
+    let consumerKills = 0;
+    const faultsLeft = (): number => plan.kills - kills.length + (plan.pauses - pauses) + (plan.terminations - terminations) + (plan.consumerKills - consumerKills);
+    const meanGapMs = o.durationMs > 0 ? Math.max(200, o.durationMs / Math.max(1, faultsLeft())) : Math.max(400, o.leaseTtlMs / 2);
+    let pausing: Promise<void> = Promise.resolve();
+    const chaos = (async () => {
+      while (faultsLeft() > 0 && !io.signal.aborted) {
+        // Once the producers are done (early, under --duration), the faults left come at the default pace.
+        const share = 0.5 + random.next();
+        const waitFrom = performance.now();
+        while (!io.signal.aborted) {
+          const gap = producing ? meanGapMs : Math.min(meanGapMs, Math.max(400, o.leaseTtlMs / 2));
+          const left = gap * share - (performance.now() - waitFrom);
+          if (left <= 0) break;
+          await sleep(Math.min(left, 100));
+        }
+        const live = relays.members.filter((m) => !m.paused);
+        if (live.length === 0) continue;
+        // Prefer a relay that holds leases: killing one that is still starting proves less.
+        const { rows: owning } = await db.query<{ owner: string }>(`SELECT DISTINCT owner FROM "${schema}".outbox_buckets WHERE lease_until > now()`);
+        const holders = new Set(owning.map((r) => r.owner));
+        const busy = live.filter((m) => holders.has(m.id));
+        const target = random.pick(busy.length > 0 ? busy : live);
+        const choice = random.next() * faultsLeft();
+        const killsLeft = plan.kills - kills.length;
+        const pausesLeft = plan.pauses - pauses;
+        const terminationsLeft = plan.terminations - terminations;
+        if (choice < killsLeft) {
+          const held = await db.query<{ bucket: number }>(`SELECT bucket FROM "${schema}".outbox_buckets WHERE owner = $1 AND lease_until > now()`, [target.id]);
+          const kill = { at: performance.now(), buckets: held.rows.map((r) => Number(r.bucket)), takeoverMs: undefined as number | undefined };
+          kills.push(kill);
+          await relays.kill(target.id);
+          if (kill.buckets.length > 0) takeovers.push(watchTakeover(db, schema, target.id, kill, io.signal));
+        } else if (choice < killsLeft + pausesLeft) {
+          pauses++;
+          pausing = relays.pause(target.id, o.leaseTtlMs + 1000);
+        } else if (choice < killsLeft + pausesLeft + terminationsLeft) {
+          terminations++;
+          if (target.applicationName) {
+            const r = await db.query<{ n: number }>(`SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = $1`, [target.applicationName]);
+            terminatedSessions += r.rows[0]?.n ?? 0;
+          }
+        } else {
+          consumerKills++;
+          await consumers!.killOne(random);
+        }
+      }
+      await pausing;
+      await Promise.all(takeovers);
+    })();
+
+    const produceStarted = performance.now();
+    const deadline = o.durationMs > 0 ? produceStarted + o.durationMs : Infinity;
+    const ticker = setInterval(() => {
+      io.onProgress(
+        `committed ${log.committed} | rolled back tx ${log.rolledBackTransactions} | ${o.inbox && o.transport === 'http' ? 'posted to the inbox consumers' : `delivered ${observer.arrivals.length} (with duplicates)`} | kills ${kills.length}/${plan.kills} | pauses ${pauses} | terminated ${terminatedSessions}${consumers ? ` | consumer kills ${consumerKills}` : ''}`,
+      );
+    }, 1000);
+    try {
+      await produce(
+        { db, schema, keys: o.keys, events: o.events, writers: o.writers, rollbackRate: o.rollbackRate, longTransactions: processes, seed: o.seed, stopped: () => io.signal.aborted || performance.now() > deadline },
+        log,
+      );
+      producing = false;
+      const produceMs = performance.now() - produceStarted;
+      await chaos;
+
+      // Drain: everything committed must arrive (and, with --inbox, be applied) within the drain timeout.
+      const drainStarted = performance.now();
+      const drainDeadline = drainStarted + o.drainTimeoutMs;
+      const seen = new Set<string>();
+      let scanned = 0;
+      const committedIds = [...log.committedAt.keys()];
+      let missing = committedIds.length;
+      const observing = !(o.inbox && o.transport === 'http');
+      while (performance.now() < drainDeadline && !io.signal.aborted) {
+        if (observing) {
+          for (; scanned < observer.arrivals.length; scanned++) seen.add(observer.arrivals[scanned]!.id);
+          missing = committedIds.filter((id) => !seen.has(id)).length;
+        } else missing = 0;
+        const inboxDone = consumers ? await consumers.caughtUp(db, log) : true;
+        if (missing === 0 && inboxDone) break;
+        await sleep(250);
+      }
+      const drainMs = performance.now() - drainStarted;
+      const timedOut = performance.now() >= drainDeadline;
+      const relaysNotStopping = await relays.stopAll(15_000);
+      const inbox = consumers ? await consumers.check(db, log) : undefined;
+      await consumers?.stopAll();
+
+      const violations = observing ? orderViolationSamples(log.byKey, observer.arrivals) : [];
+      const report = observing ? checkDeliveries(log.byKey, observer.arrivals) : { committed: log.committed, delivered: inbox?.appliedUnique ?? 0, lost: inbox?.missing ?? 0, phantom: inbox?.phantom ?? 0, duplicates: inbox?.duplicateApplies ?? 0, orderViolations: inbox?.orderViolations ?? 0 };
+      const rolledBackDelivered = observing ? new Set(observer.arrivals.filter((a) => log.rolledBack.has(a.id)).map((a) => a.id)).size : 0;
+      const states = await db.query<{ state: string; n: number }>(`SELECT state, count(*)::int AS n FROM "${schema}".outbox GROUP BY state ORDER BY state`);
+      const inboxFailed = inbox !== undefined && inbox.missing + inbox.phantom + inbox.duplicateApplies + inbox.orderViolations + inbox.projectionMismatches > 0;
+      keepForInspection = report.lost + report.phantom + report.orderViolations > 0 || inboxFailed;
+      return {
+        database: label,
+        transport: observing ? observer.name : `HTTP webhooks to ${o.consumers} inbox consumer processes`,
+        relays: processes ? `${o.relays} txbox relay processes` : `${o.relays} in-process relays (PGlite)`,
+        seed: o.seed,
+        schema,
+        transactions: log.transactions,
+        rolledBackTransactions: log.rolledBackTransactions,
+        longTransactions: log.longTransactions,
+        failedTransactions: log.failed,
+        committed: log.committed,
+        delivered: report.delivered,
+        lost: report.lost,
+        phantom: report.phantom,
+        rolledBackDelivered,
+        duplicates: report.duplicates,
+        orderViolations: report.orderViolations,
+        ...observerRejections(observer),
+        kills: kills.length,
+        pauses,
+        terminations,
+        terminatedSessions,
+        unexpectedRelayExits: relays.unexpectedExits,
+        relaysNotStopping,
+        recovery: recoveryTimes(kills),
+        outboxStates: Object.fromEntries(states.rows.map((r) => [r.state, Number(r.n)])),
+        violations: await describeViolations(db, schema, violations),
+        inbox,
+        elapsedMs: performance.now() - started,
+        produceMs,
+        drainMs,
+        timedOut,
+        interrupted: io.signal.aborted,
+        logTail: relays.logTail,
+      };
+    } finally {
+      clearInterval(ticker);
+      if (producing) io.onProgress('stopping');
+    }
+  } finally {
+    await fleet?.stopAll(5000).catch(() => []);
+    await consumers?.stopAll().catch(() => {});
+    await sink?.close().catch(() => {});
+    rmSync(tmp, { recursive: true, force: true });
+    await close(o.keep || keepForInspection ? undefined : schema);
+  }
+}
+
+/** The first few arrivals that broke their key's order (first deliveries only). */
+function orderViolationSamples(committed: ReadonlyMap<string, readonly string[]>, arrivals: readonly { id: string; key: string }[]): { key: string; got: string; expected: string | undefined; index: number }[] {
+  const position = new Map<string, number>();
+  for (const ids of committed.values()) ids.forEach((id, i) => position.set(id, i));
+  const seen = new Set<string>();
+  const next = new Map<string, number>();
+  const out: { key: string; got: string; expected: string | undefined; index: number }[] = [];
+  arrivals.forEach((a, index) => {
+    const pos = position.get(a.id);
+    if (pos === undefined || seen.has(a.id)) return;
+    seen.add(a.id);
+    const want = next.get(a.key) ?? 0;
+    if (pos !== want && out.length < 5) out.push({ key: a.key, got: a.id, expected: committed.get(a.key)?.[want], index });
+    next.set(a.key, Math.max(want, pos + 1));
+  });
+  return out;
+}
+
+/** One line per sample: the key, and seq, version, attempts and times of both outbox rows. */
+async function describeViolations(db: PostgresConnection, schema: string, samples: ReturnType<typeof orderViolationSamples>): Promise<string[]> {
+  const lines: string[] = [];
+  for (const v of samples) {
+    const { rows } = await db.query<{ id: string; seq: string; version: string; attempts: number; created_at: Date; done_at: Date | null }>(
+      `SELECT id, seq, version, attempts, created_at, done_at FROM "${schema}".outbox WHERE id = ANY($1::uuid[])`,
+      [[v.got, v.expected].filter(Boolean)],
+    );
+    const row = (id: string | undefined): string => {
+      const r = rows.find((x) => x.id === id);
+      return r ? `${id} (seq ${r.seq}, version ${r.version}, attempts ${r.attempts}, created ${r.created_at.toISOString()}, published ${r.done_at?.toISOString() ?? '-'})` : `${id ?? '?'} (no outbox row)`;
+    };
+    lines.push(`key ${v.key}: arrival #${v.index} was ${row(v.got)} before any delivery of ${row(v.expected)}`);
+  }
+  return lines;
+}
+
+/** Polls (every 50 ms, for at most a minute) until live relays lease every bucket the killed relay held. */
+async function watchTakeover(db: PostgresConnection, schema: string, killed: string, kill: Kill, signal: AbortSignal): Promise<void> {
+  const until = kill.at + 60_000;
+  while (performance.now() < until && !signal.aborted) {
+    const { rows } = await db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM "${schema}".outbox_buckets WHERE bucket = ANY($1::smallint[]) AND owner IS NOT NULL AND owner <> $2 AND lease_until > now()`,
+      [kill.buckets, killed],
+    ).catch(() => ({ rows: [{ n: 0 }] }));
+    if (Number(rows[0]?.n ?? 0) >= kill.buckets.length) {
+      kill.takeoverMs = performance.now() - kill.at;
+      return;
+    }
+    await sleep(50);
+  }
+}
+
+/** Takeover times of the kills that held buckets. */
+function recoveryTimes(kills: readonly Kill[]): TortureReport['recovery'] {
+  const times = kills.flatMap((k) => (k.takeoverMs === undefined ? [] : [k.takeoverMs])).sort((a, b) => a - b);
+  return { measured: times.length, p50: times[Math.floor(times.length / 2)] ?? 0, max: times.at(-1) ?? 0 };
+}
+
+async function openDatabase(o: TortureOptions, run: string, schema: string): Promise<{ db: PostgresConnection; label: string; close: (drop: string | undefined) => Promise<void> }> {
+  if (o.databaseUrl !== undefined) {
+    let url: URL;
+    try {
+      url = new URL(o.databaseUrl);
+    } catch {
+      throw new CliError('--database-url: not a URL; use e.g. postgres://user@127.0.0.1:5432/db');
+    }
+    url.searchParams.set('application_name', `txbox-torture-${run}-producer`);
+    const db = pgConnection({ connectionString: url.toString(), maxConnections: o.writers + 4 });
+    try {
+      await db.query('SELECT 1');
+    } catch (err) {
+      await db.close().catch(() => {});
+      throw new CliError(`cannot reach the database at ${redactUrl(o.databaseUrl)}: ${(err as Error).message}`, EXIT.database);
+    }
+    return {
+      db,
+      label: 'PostgreSQL',
+      close: async (drop) => {
+        if (drop) await db.query(`DROP SCHEMA IF EXISTS "${drop}" CASCADE`).catch(() => {});
+        await db.close();
+      },
+    };
+  }
+  const { PGlite } = await import('@electric-sql/pglite').catch(() => {
+    throw new CliError('txbox torture without --database-url runs on embedded PGlite: npm install @electric-sql/pglite');
+  });
+  const { pgliteConnection } = await import('../../stores/pglite/pglite-connection.ts');
+  const pglite: PGlite = new PGlite();
+  void schema;
+  return { db: pgliteConnection(pglite), label: 'embedded PGlite (in memory)', close: async () => void (await pglite.close()) };
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
