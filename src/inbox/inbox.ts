@@ -47,6 +47,13 @@ export interface InboxOptions {
    * was applied without releasing it then applies. Default: 30000.
    */
   readonly heldRecheckIntervalMs?: number;
+  /**
+   * Start the redrive loop and the held re-check (`start()`) on the first
+   * `process` call, so that a consumer process runs them without having to
+   * remember to. Their timers do not keep the process alive; `stop()` ends
+   * them. `false`: only an explicit `start()` runs them. Default: `true`.
+   */
+  readonly autoStart?: boolean;
   readonly logger?: Logger;
   /**
    * Group commit: `process` calls made at the same time (consumers handle many
@@ -106,6 +113,8 @@ export class Inbox {
   readonly #heldRecheckMs: number;
   #recheckTimer: NodeJS.Timeout | undefined;
   #rechecking = false;
+  /** Auto-start pending: true until the first process() starts the loops or stop() is called. */
+  #autoStart: boolean;
   readonly #batchMax: number;
   readonly #batchConcurrency: number;
   readonly #queue: Pending[] = [];
@@ -131,6 +140,8 @@ export class Inbox {
     const recheck = options.heldRecheckIntervalMs ?? 30_000;
     if (!Number.isSafeInteger(recheck) || recheck < 10) throw new ConfigError('heldRecheckIntervalMs', 'must be an integer >= 10 (milliseconds), e.g. 30000');
     this.#heldRecheckMs = recheck;
+    if (options.autoStart !== undefined && typeof options.autoStart !== 'boolean') throw new ConfigError('autoStart', 'must be true or false');
+    this.#autoStart = options.autoStart ?? true;
     const batch = options.batch ?? {};
     this.#batchMax = batch.maxSize ?? 64;
     this.#batchConcurrency = batch.concurrency ?? 2;
@@ -161,6 +172,7 @@ export class Inbox {
    * events of the same key: wait for the earlier one, as consumers do.
    */
   process(received: OutboxEvent): Promise<InboxOutcome> {
+    if (this.#autoStart) this.start();
     const admitted = this.#admit(received);
     if ('outcome' in admitted) return Promise.resolve(admitted.outcome);
     const event = admitted.event;
@@ -447,17 +459,25 @@ export class Inbox {
     }
   }
 
-  /** Starts the redrive loop for operator retries and the periodic re-check of held events. Call it in every consumer process. */
+  /**
+   * Starts the redrive loop for operator retries and the periodic re-check of
+   * held events (a consumer killed between its commit and the release of the
+   * events it unblocked leaves them held until a re-check). `process` calls it
+   * by itself unless `autoStart: false`. The timers do not keep the process alive.
+   */
   start(): void {
+    this.#autoStart = false;
     this.#timer ??= setInterval(() => {
       this.redrive().catch((err: Error) => this.#logger.error({ err: err.message }, 'txbox inbox: redrive failed'));
-    }, this.#redriveMs);
+    }, this.#redriveMs).unref();
     this.#recheckTimer ??= setInterval(() => {
       this.recheckHeld().catch((err: Error) => this.#logger.error({ err: err.message }, 'txbox inbox: held re-check failed'));
-    }, this.#heldRecheckMs);
+    }, this.#heldRecheckMs).unref();
   }
 
+  /** Ends the redrive loop and the held re-check; `process` does not start them again (call `start()` for that). */
   stop(): void {
+    this.#autoStart = false;
     clearInterval(this.#timer);
     clearInterval(this.#recheckTimer);
     this.#timer = undefined;

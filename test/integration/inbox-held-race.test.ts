@@ -158,6 +158,21 @@ describe('held events on the real PostgreSQL', () => {
     assert.equal(open!.status, 'held');
   });
 
+  it('the re-check runs in a consumer process that never called start(): process() starts it', async () => {
+    const consumer = 'autostart';
+    const inbox = projecting(consumer, store, undefined, 50);
+    try {
+      for (const v of [1, 2]) assert.equal((await inbox.process(changed('auto', v))).status, 'processed');
+      // As if a consumer was killed between version 2's commit and the release of version 3.
+      await store.hold(consumer, changed('auto', 3), 'version 3 waits for version 2');
+      await waitFor('version 3 applied by the re-check nobody started by hand', async () => (await version('auto')) === 3, 15_000);
+    } finally {
+      inbox.stop();
+    }
+    assert.equal(await heldCount(consumer), 0);
+    assert.throws(() => createInbox({ store, consumer: 'x', autoStart: 'yes' as unknown as boolean }), { field: 'autoStart' });
+  });
+
   it('heldRecheckIntervalMs names the field and the unit', () => {
     assert.throws(() => createInbox({ store, consumer: 'x', heldRecheckIntervalMs: 0 }), { field: 'heldRecheckIntervalMs', message: /milliseconds/ });
   });

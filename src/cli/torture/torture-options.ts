@@ -3,7 +3,7 @@
  * the flag and the fix.
  */
 import { CliError } from '../cli-error.ts';
-import { parseDuration } from '../config.ts';
+import { parseDuration } from '../../core/duration.ts';
 
 export const TORTURE_TRANSPORTS = ['http', 'nats', 'redis', 'kafka', 'rabbitmq'] as const;
 export type TortureTransport = (typeof TORTURE_TRANSPORTS)[number];
