@@ -106,12 +106,18 @@ describe('encodeRabbitMqMessage / decodeRabbitMqMessage', () => {
     key: 'Order:17',
     destination: 'orders',
     payload: { total: 12.5, items: ['a'] },
-    headers: { traceparent: '00-abc-def-01', 'txbox-key': 'forged', BCC: 'x' },
+    headers: { traceparent: '00-abc-def-01' },
     occurredAt: new Date('2025-01-02T03:04:05.678Z'),
     version: 3,
   };
 
-  it('round-trips the envelope; txbox-* and CC/BCC cannot be set by an event', () => {
+  it('refuses an event header it cannot carry (txbox-*, CC, BCC) with the header named, instead of dropping it', () => {
+    for (const name of ['txbox-key', 'CC', 'BCC']) {
+      assert.throws(() => encodeRabbitMqMessage({ ...event, headers: { traceparent: 't', [name]: 'forged' } }), { code: 'TXBOX_INVALID_EVENT', field: `headers.${name}` });
+    }
+  });
+
+  it('round-trips the envelope', () => {
     const { content, properties } = encodeRabbitMqMessage(event);
     assert.equal(content.toString(), '{"total":12.5,"items":["a"]}');
     assert.equal(properties.deliveryMode, 2);

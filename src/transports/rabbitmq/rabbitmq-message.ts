@@ -8,6 +8,7 @@
 import type { Message, Options } from 'amqplib';
 import { ownHeader, payloadText, type EventHeaders, type OutboxEvent } from '../../core/envelope.ts';
 import { checkedInbound } from '../../core/inbound-event.ts';
+import { InvalidEventError } from '../../core/errors.ts';
 
 /** The AMQP header names txbox sets. Event headers cannot override them. */
 export const RABBITMQ_HEADERS = Object.freeze({
@@ -31,7 +32,10 @@ export interface EncodedRabbitMqMessage {
 /**
  * Encodes an event for `channel.publish`: persistent (`deliveryMode: 2`) and
  * `mandatory`, so an unroutable message comes back instead of vanishing.
- * Throws when the payload cannot be serialized as JSON.
+ * Throws when the payload cannot be serialized as JSON, and InvalidEventError
+ * for an event header this form cannot carry (`txbox-*`, which txbox sets, and
+ * RabbitMQ's routing headers `CC`/`BCC`): dropping it silently would deliver
+ * a different event; the relay parks it with the reason instead.
  *
  * @example
  * const { content, properties } = encodeRabbitMqMessage(event);
@@ -45,7 +49,14 @@ export function encodeRabbitMqMessage(event: OutboxEvent): EncodedRabbitMqMessag
   if (eventHeaders) {
     for (const name in eventHeaders) {
       const value = eventHeaders[name];
-      if (typeof value === 'string' && !name.startsWith(RESERVED_PREFIX) && !ROUTING_HEADERS.has(name)) ownHeader(headers, name, value);
+      if (typeof value !== 'string') continue;
+      if (name.startsWith(RESERVED_PREFIX)) {
+        throw new InvalidEventError(`headers.${name}`, `event header ${JSON.stringify(name)} is reserved: txbox-* headers are set by txbox; rename it`);
+      }
+      if (ROUTING_HEADERS.has(name)) {
+        throw new InvalidEventError(`headers.${name}`, `event header ${JSON.stringify(name)} is a RabbitMQ routing header (sender-selected distribution adds routing keys); rename it`);
+      }
+      ownHeader(headers, name, value);
     }
   }
   headers[RABBITMQ_HEADERS.aggregateType] = event.aggregateType;
