@@ -22,6 +22,16 @@ ensure() {
 
 status=0
 ensure postgresql 5432 'pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start' || status=1
+# The suite runs two test files at once, and txbox torture adds relay and consumer
+# processes with their pools: more than PostgreSQL's default 100 connections at peak.
+# Raised once (ALTER SYSTEM persists it), then a no-op.
+conns=$(psql -h 127.0.0.1 -U postgres -d postgres -Atc 'SHOW max_connections' 2>/dev/null || echo 0)
+if [ "${conns:-0}" -gt 0 ] && [ "$conns" -lt 200 ]; then
+  echo "services: raising PostgreSQL max_connections from $conns to 200 (restart)"
+  psql -h 127.0.0.1 -U postgres -d postgres -qc 'ALTER SYSTEM SET max_connections = 200' \
+    && pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main restart >/dev/null 2>&1
+  wait_port 5432 postgresql || status=1
+fi
 if [ "${TXBOX_SERVICES:-all}" = all ]; then
   ensure redis 6379 'redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log' || status=1
   ensure rabbitmq 5672 'rabbitmq-server -detached' || status=1
