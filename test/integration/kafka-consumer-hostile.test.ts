@@ -10,11 +10,12 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { createInbox, InboxQueue, uuidv7, type OutboxEvent } from 'txbox';
+import { InboxQueue } from 'txbox';
 import { KafkaConsumer, type KafkaConsumerOptions } from 'txbox/kafka';
-import { inboxNames, migrateInbox, migratePostgres, PostgresInboxStore, PostgresOutboxStore, postgresNames } from 'txbox/postgres';
+import { migratePostgres, PostgresOutboxStore, postgresNames } from 'txbox/postgres';
 import { openDb, type TestDb } from '../helpers/databases.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { eventMaker, hostileEvents, hostileInbox, setUpHostileTables } from '../fixtures/hostile-inbox.ts';
 import { assertNoOpenHandles, BROKERS, FAST_GROUP, newGroup, newTopic, publish, readTopic, setUpKafka, uncommitted } from '../fixtures/kafka-consumer-helpers.ts';
 
 let db: TestDb;
@@ -23,9 +24,7 @@ let tearDown = async (): Promise<void> => {};
 before(async () => {
   tearDown = await setUpKafka();
   db = await openDb('postgres');
-  await migrateInbox(db.connection, inboxNames({ schema: db.schema }));
-  await migratePostgres(db.connection, postgresNames({ schema: db.schema, table: 'inbox_queue' }));
-  await db.query(`CREATE TABLE "${db.schema}".bodies (event_id uuid NOT NULL, consumer text NOT NULL, body jsonb NOT NULL)`);
+  await setUpHostileTables(db);
 });
 
 after(async () => {
@@ -34,26 +33,8 @@ after(async () => {
   await assertNoOpenHandles();
 });
 
-const ev = (key: string, overrides: Partial<OutboxEvent> = {}): OutboxEvent => ({
-  id: uuidv7(),
-  type: 'Changed',
-  aggregateType: 'Item',
-  aggregateId: key,
-  key: `Item:${key}`,
-  destination: 'items',
-  payload: { key },
-  headers: {},
-  occurredAt: new Date(),
-  version: 1,
-  ...overrides,
-});
-
-function hostile(): { bad: OutboxEvent[]; upper: OutboxEvent; good: OutboxEvent[] } {
-  const bad = [ev('payload', { payload: { note: 'a\u0000b' } }), ev('nul-error', { type: 'Boom' }), ev('not-uuid', { id: 'order-17' }), ev('key', { key: 'Item:\u0000' })];
-  const upper = ev('upper', { id: uuidv7().toUpperCase() });
-  const good = [...['payload', 'nul-error', 'not-uuid', 'upper'].map((k) => ev(k, { version: 2 })), ...Array.from({ length: 8 }, (_, i) => ev(`ok${i}`))];
-  return { bad, upper, good };
-}
+const ev = eventMaker('Item');
+const hostile = (): ReturnType<typeof hostileEvents> => hostileEvents(ev, 'Item');
 
 function consumerOf(options: Omit<KafkaConsumerOptions, 'brokers'>): KafkaConsumer {
   return new KafkaConsumer({ brokers: BROKERS, fromBeginning: true, ...FAST_GROUP, ...options });
@@ -65,16 +46,7 @@ describe('KafkaConsumer with input PostgreSQL refuses', { timeout: 180_000 }, ()
       const topic = await newTopic(1);
       const groupId = newGroup();
       const name = `hostile-${keyConcurrency}`;
-      const inbox = createInbox({ store: new PostgresInboxStore({ connection: db.connection, schema: db.schema }), consumer: name, retry: { baseDelayMs: 20, maxDelayMs: 20, maxAttempts: 2 } });
-      // What committed, not what ran: under group commit a batch with a failing handler is redone
-      // one event at a time, so a handler can run again after its first run rolled back.
-      const applied = async (): Promise<string[]> =>
-        (await db.query<{ id: string }>(`SELECT event_id::text AS id FROM "${db.schema}".bodies WHERE consumer = $1`, [name])).map((r) => r.id);
-      const handler = async (event: OutboxEvent, tx: { query(text: string, params?: unknown[]): Promise<unknown> }): Promise<void> => {
-        if (event.type === 'Boom') throw new Error('refused \u0000 byte');
-        await tx.query(`INSERT INTO "${db.schema}".bodies (event_id, consumer, body) VALUES ($1, $2, $3::jsonb)`, [event.id, name, JSON.stringify(event.payload)]);
-      };
-      inbox.on('Changed', handler).on('Boom', handler);
+      const { inbox, applied } = hostileInbox(db, name, 'Changed');
       const { bad, upper, good } = hostile();
       // In this order on the one partition: the refused records come first.
       for (const e of [...bad, upper, ...good]) await publish(topic, [e]);

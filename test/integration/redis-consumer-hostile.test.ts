@@ -11,11 +11,12 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { createInbox, InboxQueue, uuidv7, type OutboxEvent } from 'txbox';
-import { PostgresInboxStore, PostgresOutboxStore, inboxNames, migrateInbox, migratePostgres, postgresNames } from 'txbox/postgres';
+import { InboxQueue } from 'txbox';
+import { PostgresOutboxStore, migratePostgres, postgresNames } from 'txbox/postgres';
 import { RedisConsumer, encodeStreamFields, type RedisConsumerOptions } from 'txbox/redis';
 import { openDb, type TestDb } from '../helpers/databases.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { eventMaker, hostileEvents, hostileInbox, setUpHostileTables } from '../fixtures/hostile-inbox.ts';
 
 const REDIS_URL = 'redis://127.0.0.1:6379';
 const prefix = `txbox-test:rh-${randomBytes(4).toString('hex')}:`;
@@ -25,9 +26,7 @@ let n = 0;
 
 before(async () => {
   db = await openDb('postgres');
-  await migrateInbox(db.connection, inboxNames({ schema: db.schema }));
-  await migratePostgres(db.connection, postgresNames({ schema: db.schema, table: 'inbox_queue' }));
-  await db.query(`CREATE TABLE "${db.schema}".bodies (event_id uuid NOT NULL, consumer text NOT NULL, body jsonb NOT NULL)`);
+  await setUpHostileTables(db);
   admin = new Redis(REDIS_URL, { lazyConnect: true });
   await admin.connect();
 });
@@ -38,32 +37,8 @@ after(async () => {
   await db.close();
 });
 
-const ev = (key: string, overrides: Partial<OutboxEvent> = {}): OutboxEvent => ({
-  id: uuidv7(),
-  type: 'Noted',
-  aggregateType: 'Note',
-  aggregateId: key,
-  key: `Note:${key}`,
-  destination: 'notes',
-  payload: { key },
-  headers: {},
-  occurredAt: new Date(),
-  version: 1,
-  ...overrides,
-});
-
-/** The hostile entries, each on a key of its own, then good ones on the same keys and on others. */
-function hostile(): { bad: OutboxEvent[]; upper: OutboxEvent; good: OutboxEvent[] } {
-  const bad = [
-    ev('payload', { payload: { note: 'a\u0000b' } }),
-    ev('nul-error', { type: 'Boom' }),
-    ev('not-uuid', { id: 'order-17' }),
-    ev('key', { key: 'Note:\u0000' }),
-  ];
-  const upper = ev('upper', { id: uuidv7().toUpperCase() });
-  const good = [...['payload', 'nul-error', 'not-uuid', 'upper'].map((k) => ev(k, { version: 2 })), ...Array.from({ length: 8 }, (_, i) => ev(`ok${i}`))];
-  return { bad, upper, good };
-}
+const ev = eventMaker('Note');
+const hostile = (): ReturnType<typeof hostileEvents> => hostileEvents(ev, 'Note');
 
 async function pending(stream: string, group: string): Promise<number> {
   const [count] = (await admin.xpending(stream, group)) as [number];
@@ -84,16 +59,7 @@ describe('RedisConsumer with input PostgreSQL refuses', { timeout: 120_000 }, ()
       n++;
       const stream = `${prefix}notes-${n}`;
       const name = `rh-${n}`;
-      const inbox = createInbox({ store: new PostgresInboxStore({ connection: db.connection, schema: db.schema }), consumer: name, retry: { baseDelayMs: 20, maxDelayMs: 20, maxAttempts: 2 } });
-      // What committed, not what ran: under group commit a batch with a failing handler is redone
-      // one event at a time, so a handler can run again after its first run rolled back.
-      const applied = async (): Promise<string[]> =>
-        (await db.query<{ id: string }>(`SELECT event_id::text AS id FROM "${db.schema}".bodies WHERE consumer = $1`, [name])).map((r) => r.id);
-      const handler = async (event: OutboxEvent, tx: { query(text: string, params?: unknown[]): Promise<unknown> }): Promise<void> => {
-        if (event.type === 'Boom') throw new Error('refused \u0000 byte');
-        await tx.query(`INSERT INTO "${db.schema}".bodies (event_id, consumer, body) VALUES ($1, $2, $3::jsonb)`, [event.id, name, JSON.stringify(event.payload)]);
-      };
-      inbox.on('Noted', handler).on('Boom', handler);
+      const { inbox, applied } = hostileInbox(db, name, 'Noted');
       const { bad, upper, good } = hostile();
       for (const e of [...bad, upper, ...good]) await admin.xadd(stream, '*', ...encodeStreamFields(e));
       const consumer = consumerFor(stream, name, { inbox, concurrency });
