@@ -13,10 +13,11 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { ReceiverMessage } from './receiver-process.ts';
-import { createRelay, type Transport } from 'txbox';
+import { createRelay, type Metrics, type Transport } from 'txbox';
 import { HttpTransport } from 'txbox/http';
 import { pgConnection, PostgresRelayStore } from 'txbox/postgres';
 import { startRelayWorker, type RelayWorker, type RelayWorkerResult } from './relay-process.ts';
+import type { StageTrace } from './wal-stages.ts';
 import { benchOutbox, DATABASE_URL, NoopTransport, orderEvent, percentile, resetOutbox, settle, type Bench } from './lib.ts';
 
 export interface LatencyOptions {
@@ -29,6 +30,8 @@ export interface LatencyOptions {
   readonly eventsPerTx?: number;
   readonly notify: boolean;
   readonly pollIntervalMs: number;
+  /** The relay store's wake mode (default notify); `wal` also creates the bench schema's publication. */
+  readonly wake?: 'notify' | 'wal';
   readonly transport: 'noop' | 'http';
   readonly batchSize?: number;
   readonly lanes?: number;
@@ -44,6 +47,10 @@ export interface LatencyOptions {
    * Timestamps are then wall-clock (`performance.timeOrigin + performance.now()`) in both processes.
    */
   readonly receiverInChild?: boolean;
+  /** In-process relay only: its `metrics` option (undefined: the default). */
+  readonly metrics?: Metrics | false;
+  /** In-process relay, no-op transport only: time each stage (bench/wal-stages.ts). */
+  readonly stages?: StageTrace;
 }
 
 export interface LatencyResult {
@@ -115,6 +122,7 @@ export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promi
   } else {
     transport = new NoopTransport((events) => {
       for (const e of events) ack(e.id);
+      o.stages?.onPublish(events);
     });
   }
   let relay: { stop(): Promise<unknown> };
@@ -127,6 +135,7 @@ export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promi
       lanes: o.lanes ?? 2,
       deleteOnPublish: false,
       pollIntervalMs: o.pollIntervalMs,
+      ...(o.wake ? { wake: o.wake } : {}),
       transport: { kind: 'http', url: receiver.url },
       ...(process.env.BENCH_TRACE === '1' ? { trace: true } : {}),
     });
@@ -144,15 +153,20 @@ export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promi
     };
   } else {
     const connection = pgConnection({ connectionString: DATABASE_URL, maxConnections: (o.lanes ?? 2) + 2 });
+    const store = new PostgresRelayStore({ schema: bench.schema, connection, wake: o.wake ?? 'notify', ...(o.stages ? { walTrace: o.stages.onWalCommit } : {}) });
+    if (o.stages) o.stages.committedAt = committedAt;
     const inProcess = createRelay({
-      store: new PostgresRelayStore({ schema: bench.schema, connection }),
+      store: o.stages ? o.stages.wrap(store) : store,
       transport,
       pollIntervalMs: o.pollIntervalMs,
       ...(o.batchSize === undefined ? {} : { batchSize: o.batchSize }),
       ...(o.lanes === undefined ? {} : { lanes: o.lanes }),
+      ...(o.metrics === undefined ? {} : { metrics: o.metrics }),
     });
     inProcess.on('batch', () => batches++);
     await inProcess.start();
+    // WAL mode: measure from the moment the slot streams (its creation is a start cost, not a wake-up).
+    while (o.wake === 'wal' && (await store.wakeStatus()).mode !== 'wal') await sleep(20);
     relay = { stop: async () => { await inProcess.stop(); await connection.close(); } };
   }
   const loop = monitorEventLoopDelay({ resolution: 5 });

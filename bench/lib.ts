@@ -7,7 +7,7 @@ import pg from 'pg';
 import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { availableParallelism, loadavg } from 'node:os';
-import { createOutbox, defineEvent, payloadType, type InboxStore, type NewEvent, type Outbox, type OutboxEvent, type PublishOutcome, type Transport } from 'txbox';
+import { createOutbox, defineEvent, payloadType, uuidv7, type InboxStore, type NewEvent, type Outbox, type OutboxEvent, type PublishOutcome, type Transport } from 'txbox';
 import { migratePostgres, pgConnection, postgresNames, PostgresOutboxStore, type PostgresConnection, type PostgresNames } from 'txbox/postgres';
 
 export const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? process.env.TXBOX_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -354,7 +354,10 @@ export async function createBusinessTables(bench: Bench): Promise<void> {
 /**
  * CPU time (user + system, ms) used so far by every process named `postgres`
  * on this machine, from /proc; undefined where there is no /proc. Only
- * meaningful when PostgreSQL runs on the benchmark's machine, as here.
+ * meaningful when PostgreSQL runs on the benchmark's machine, as here. Read it
+ * before closing the connections whose work it should count: a backend that
+ * exited is no longer in /proc (its time moves to the postmaster's children
+ * total, which this does not read).
  */
 export function postgresCpuMs(): number | undefined {
   let pids: string[];
@@ -363,20 +366,49 @@ export function postgresCpuMs(): number | undefined {
   } catch {
     return undefined;
   }
-  let ticks = 0;
-  for (const pid of pids) {
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    } catch {
-      continue; // exited meanwhile
-    }
-    if (!stat.includes(' (postgres) ')) continue;
-    // Fields after "(comm) ": state is the 1st, utime the 12th, stime the 13th (proc(5)); clock ticks of 10 ms.
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    ticks += Number(fields[11]) + Number(fields[12]);
+  let ms = 0;
+  for (const pid of pids) ms += processCpuMs(Number(pid), 'postgres') ?? 0;
+  return ms;
+}
+
+/**
+ * CPU time (user + system, ms) of one process from /proc/<pid>/stat, or
+ * undefined if it is gone (or is not named `name`, when given).
+ */
+export function processCpuMs(pid: number, name?: string): number | undefined {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return undefined; // exited meanwhile, or no /proc
   }
-  return ticks * 10;
+  if (name !== undefined && !stat.includes(` (${name}) `)) return undefined;
+  // Fields after "(comm) ": state is the 1st, utime the 12th, stime the 13th (proc(5)); clock ticks of 10 ms.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+/**
+ * CPU time (ms) of the PostgreSQL backends serving connections whose
+ * `application_name` is `applicationName`, by backend pid: take it before and
+ * after a run (connections still open) and subtract with `backendCpuDelta`.
+ * Unlike `postgresCpuMs`, other clients' load on a shared server is left out.
+ */
+export async function backendCpuMs(bench: Bench, applicationName: string): Promise<Map<number, number>> {
+  const rows = await bench.sql<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE application_name = $1', [applicationName]);
+  const cpu = new Map<number, number>();
+  for (const { pid } of rows) {
+    const ms = processCpuMs(pid);
+    if (ms !== undefined) cpu.set(pid, ms);
+  }
+  return cpu;
+}
+
+/** ms of CPU the backends in `after` used since `before` (a backend new since `before` counts from 0). */
+export function backendCpuDelta(before: ReadonlyMap<number, number>, after: ReadonlyMap<number, number>): number {
+  let ms = 0;
+  for (const [pid, total] of after) ms += total - (before.get(pid) ?? 0);
+  return ms;
 }
 
 export function log(text: string): void {
@@ -411,4 +443,34 @@ export function memoryInboxStore(): InboxStore {
     recheckHeld: async () => [],
     redrivable: async () => [],
   };
+}
+
+/**
+ * Publishes `events` OrderPlaced events over `keys` keys straight through a
+ * transport, in calls of `batch` (the relay's shape: one event per key per call
+ * when batch <= keys), and returns the rate and each call's duration in ms.
+ * Starts and closes the transport. A failed outcome throws.
+ */
+export async function timePublishCalls(
+  transport: Transport,
+  shape: { readonly events: number; readonly batch: number; readonly keys: number; readonly payload: unknown },
+): Promise<{ rate: number; calls: number[] }> {
+  await transport.start?.(AbortSignal.timeout(60_000));
+  const calls: number[] = [];
+  const started = performance.now();
+  for (let from = 0; from < shape.events; from += shape.batch) {
+    const events: OutboxEvent[] = [];
+    for (let i = from; i < Math.min(shape.events, from + shape.batch); i++) {
+      const k = String(i % shape.keys);
+      events.push({ id: uuidv7(), type: 'OrderPlaced', aggregateType: 'Order', aggregateId: k, key: `Order:${k}`, destination: 'orders', payload: shape.payload, headers: {}, occurredAt: new Date(), version: null });
+    }
+    const t = performance.now();
+    const outcomes = await transport.publish(events, AbortSignal.timeout(60_000));
+    calls.push(performance.now() - t);
+    const failed = outcomes.find((o) => !o.ok);
+    if (failed && !failed.ok) throw failed.error;
+  }
+  const rate = (shape.events / (performance.now() - started)) * 1000;
+  await transport.close?.();
+  return { rate, calls };
 }

@@ -12,20 +12,41 @@
  * run, and the median over rounds is reported.
  * The relay, when present, runs in a child process and drains to a no-op transport.
  *
+ * The postgres.js modes run the same transaction through postgres.js
+ * (`sql.begin`, statements prepared as postgres.js does by default), awaited
+ * one statement after the other like pg, or pipelined: INSERT, UPDATE and
+ * enqueue (`fromPostgresJs`) started together and sent in one round trip.
+ * Their slowdown is taken against the business-only mode of the same driver
+ * and style (the order id in the pipelined event comes from the client, as
+ * the INSERT's RETURNING is not back yet when the event is built).
+ * `pjs-pipelined-no-notify` is what producers of the WAL wake mode send
+ * (`notify: false`); `pjs-pipelined-plain-insert` is the ceiling: the same
+ * payload pipelined into a primary-key-only jsonb table, what one more row
+ * costs the transaction without txbox.
+ *
  * Each mode also prints the CPU time per transaction of this process (the
- * producers) and of all PostgreSQL processes (from /proc; a relay's backends
- * included where a relay runs). bench/producer-pgbench.ts runs the same
- * transaction from PostgreSQL's own C client.
+ * producers), of the PostgreSQL backends of its connections (found by
+ * application_name, read from /proc before the connections close), and of
+ * all PostgreSQL processes (a relay's backends and, on a shared server,
+ * other clients' load included), and the CPU-bound slowdown: what the
+ * producers' plus backends' added CPU alone costs when the cores are
+ * saturated, steadier than the rate on a loaded machine. The summary prints
+ * each target next to its figure: <= 10% pipelined, <= 15% awaited, and for
+ * `notify: false` (WAL wake mode) no drop against `notify: true` (>= -5%).
+ * bench/producer-pgbench.ts runs the same transaction from PostgreSQL's own C client.
  *
  * Settings: BENCH_SECONDS (10 per mode and round), BENCH_CLIENTS (4), BENCH_ROUNDS (3),
  * BENCH_MODES (comma list of mode names, default all), BENCH_EVENTS_PER_TX (1: events per enqueue call,
  * one call per transaction).
  */
 import pg from 'pg';
-import type { Outbox } from 'txbox';
-import { benchOutbox, createBusinessTables, CUSTOMERS, DATABASE_URL, envInt, fmtInt, log, median, orderEvent, orderPayload, percentile, postgresCpuMs, printTable, resetOutbox, summary, withBench, type Bench } from './lib.ts';
+import postgres from 'postgres';
+import { fromPostgresJs, type Outbox } from 'txbox';
+import { backendCpuDelta, backendCpuMs, benchOutbox, createBusinessTables, CUSTOMERS, DATABASE_URL, envInt, fmtInt, log, median, orderEvent, orderPayload, percentile, postgresCpuMs, printTable, resetOutbox, summary, withBench, type Bench } from './lib.ts';
 import { startRelayWorker } from './relay-process.ts';
 
+/** A whole number with its sign: +12, -3. */
+const signed = (n: number): string => `${n >= 0 ? '+' : ''}${fmtInt(n)}`;
 const SECONDS = envInt('BENCH_SECONDS', 10);
 const CLIENTS = envInt('BENCH_CLIENTS', 4);
 const ROUNDS = envInt('BENCH_ROUNDS', 3);
@@ -41,6 +62,10 @@ interface Mode {
   readonly relay?: boolean;
   /** Diagnostics: what a comparable extra step costs without txbox. */
   readonly extra?: 'roundtrip' | 'plain-insert';
+  /** The client: node-postgres (default) or postgres.js, awaited statement by statement or pipelined. */
+  readonly driver?: 'postgres.js' | 'postgres.js pipelined';
+  /** The business-only mode its slowdown is taken against. Default: business. */
+  readonly base?: string;
 }
 
 const ALL_MODES: readonly Mode[] = [
@@ -52,7 +77,25 @@ const ALL_MODES: readonly Mode[] = [
   { name: 'no-notify+relay', notify: false, relay: true, what: '(c) with a polling relay draining to no-op' },
   { name: 'roundtrip', extra: 'roundtrip', what: 'diagnostic: (a) + one SELECT 1 round trip' },
   { name: 'plain-insert', extra: 'plain-insert', what: 'diagnostic: (a) + INSERT of the payload into a jsonb table with only a PK' },
+  { name: 'pjs-business', driver: 'postgres.js', what: '(d) business only, postgres.js, each statement awaited' },
+  { name: 'pjs-notify', driver: 'postgres.js', notify: true, base: 'pjs-business', what: '(d) + enqueue (fromPostgresJs) awaited, notify: true' },
+  { name: 'pjs-pipelined-business', driver: 'postgres.js pipelined', what: '(e) business only, postgres.js, INSERT and UPDATE pipelined' },
+  { name: 'pjs-pipelined-notify', driver: 'postgres.js pipelined', notify: true, base: 'pjs-pipelined-business', what: '(e) + enqueue pipelined with them, notify: true' },
+  { name: 'pjs-pipelined-no-notify', driver: 'postgres.js pipelined', notify: false, base: 'pjs-pipelined-business', what: '(e) + enqueue pipelined, notify: false (producers of the WAL wake mode)' },
+  {
+    name: 'pjs-pipelined-plain-insert',
+    driver: 'postgres.js pipelined',
+    extra: 'plain-insert',
+    base: 'pjs-pipelined-business',
+    what: 'diagnostic (the ceiling): (e) + pipelined INSERT of the same payload into a jsonb table with only a PK',
+  },
 ];
+/** The issue's slowdown target for a mode: 10% pipelined, 15% awaited; none for diagnostics (`extra`). */
+function targetOf(mode: Mode): number | undefined {
+  if (mode.extra) return undefined;
+  return mode.driver === 'postgres.js pipelined' ? 10 : 15;
+}
+
 const wanted = process.env.BENCH_MODES?.split(',').map((s) => s.trim());
 const MODES = wanted ? ALL_MODES.filter((m) => wanted.includes(m.name)) : ALL_MODES;
 
@@ -72,9 +115,66 @@ interface RunResult {
   readonly p99: number;
   readonly relayPublished: number | undefined;
   readonly notifications: number | undefined;
-  /** CPU per transaction of this process (the producers) and of all PostgreSQL processes, in µs. */
+  /** CPU per transaction of this process (the producers), in µs. */
   readonly clientUs: number;
+  /** CPU per transaction of the PostgreSQL backends of the producers' connections, in µs. */
+  readonly backendUs: number | undefined;
+  /** CPU per transaction of all PostgreSQL processes (a relay's backends and other clients' load included), in µs. */
   readonly postgresUs: number | undefined;
+}
+
+/** The application_name of the producers' connections, to find their backends. */
+const APPLICATION_NAME = `txbox-bench-producer-${process.pid}`;
+
+/** A postgres.js client with its CLIENTS connections open (so that their backends exist before the run). */
+async function openPostgresJs(): Promise<postgres.Sql> {
+  const sql = postgres(DATABASE_URL, { max: CLIENTS, onnotice: () => {}, connection: { application_name: APPLICATION_NAME } });
+  const reserved = await Promise.all(Array.from({ length: CLIENTS }, () => sql.reserve()));
+  for (const r of reserved) r.release();
+  return sql;
+}
+
+/** The postgres.js loops of a mode: CLIENTS transactions at a time until the deadline. */
+async function runPostgresJs(
+  sql: postgres.Sql,
+  mode: Mode,
+  outbox: Outbox | undefined,
+  run: { insertOrder: string; bumpCustomer: string; plainInsert: string; deadline: number; latencies: number[] },
+): Promise<{ count: number }> {
+  const pipelined = mode.driver === 'postgres.js pipelined';
+  let count = 0;
+  let localOrder = 0;
+  {
+    await Promise.all(
+      Array.from({ length: CLIENTS }, async () => {
+        while (performance.now() < run.deadline) {
+          const t = performance.now();
+          const customer = Math.floor(Math.random() * CUSTOMERS);
+          const total = 1000 + Math.floor(Math.random() * 9000);
+          if (pipelined) {
+            const orderId = ++localOrder;
+            await sql.begin((tx) => [
+              tx.unsafe(run.insertOrder, [customer, total], { prepare: true }),
+              tx.unsafe(run.bumpCustomer, [customer, total], { prepare: true }),
+              ...(outbox ? [outbox.enqueue(fromPostgresJs(tx), orderEvent(orderId, customer))] : []),
+              // postgres.js serializes the object as the server types the parameter (jsonb), as a user's code would.
+              ...(mode.extra === 'plain-insert' ? [tx.unsafe(run.plainInsert, [orderPayload(orderId, customer) as never], { prepare: true })] : []),
+            ]);
+          } else {
+            await sql.begin(async (tx) => {
+              const rows = await tx.unsafe<{ id: string }[]>(run.insertOrder, [customer, total], { prepare: true });
+              await tx.unsafe(run.bumpCustomer, [customer, total], { prepare: true });
+              if (outbox) await outbox.enqueue(fromPostgresJs(tx), orderEvent(Number(rows[0]!.id), customer));
+              else if (mode.extra === 'plain-insert') await tx.unsafe(run.plainInsert, [orderPayload(Number(rows[0]!.id), customer) as never], { prepare: true });
+            });
+          }
+          run.latencies.push(performance.now() - t);
+          count++;
+        }
+      }),
+    );
+  }
+  return { count };
 }
 
 async function runMode(bench: Bench, mode: Mode): Promise<RunResult> {
@@ -92,9 +192,10 @@ async function runMode(bench: Bench, mode: Mode): Promise<RunResult> {
     ? startRelayWorker({ schema: bench.schema, batchSize: 500, lanes: 2, deleteOnPublish: false, transport: { kind: 'noop' } })
     : undefined;
   await relay?.started;
-  const clients = await Promise.all(
+  const sql = mode.driver ? await openPostgresJs() : undefined;
+  const clients = mode.driver ? [] : await Promise.all(
     Array.from({ length: CLIENTS }, async () => {
-      const c = new pg.Client({ connectionString: DATABASE_URL });
+      const c = new pg.Client({ connectionString: DATABASE_URL, application_name: APPLICATION_NAME });
       await c.connect();
       return c;
     }),
@@ -106,9 +207,14 @@ async function runMode(bench: Bench, mode: Mode): Promise<RunResult> {
   const latencies: number[] = [];
   const deadline = performance.now() + SECONDS * 1000;
   let count = 0;
+  const backendsBefore = await backendCpuMs(bench, APPLICATION_NAME);
   const cpuBefore = process.cpuUsage();
   const pgBefore = postgresCpuMs();
   const started = performance.now();
+  if (sql) {
+    const r = await runPostgresJs(sql, mode, outbox, { insertOrder, bumpCustomer, plainInsert, deadline, latencies });
+    count = r.count;
+  }
   await Promise.all(
     clients.map(async (c) => {
       while (performance.now() < deadline) {
@@ -130,8 +236,11 @@ async function runMode(bench: Bench, mode: Mode): Promise<RunResult> {
   );
   const elapsed = performance.now() - started;
   const cpu = process.cpuUsage(cpuBefore);
+  // Read before closing: a backend that exited is gone from /proc.
   const pgAfter = postgresCpuMs();
+  const backendsAfter = await backendCpuMs(bench, APPLICATION_NAME);
   await Promise.all(clients.map((c) => c.end()));
+  await sql?.end();
   const relayResult = await relay?.stop();
   await listener?.end();
   latencies.sort((a, b) => a - b);
@@ -142,6 +251,7 @@ async function runMode(bench: Bench, mode: Mode): Promise<RunResult> {
     relayPublished: relayResult?.published,
     notifications: mode.listener ? notifications : undefined,
     clientUs: (cpu.user + cpu.system) / count,
+    backendUs: backendsAfter.size === 0 ? undefined : (backendCpuDelta(backendsBefore, backendsAfter) * 1000) / count,
     postgresUs: pgBefore === undefined || pgAfter === undefined ? undefined : ((pgAfter - pgBefore) * 1000) / count,
   };
 }
@@ -160,20 +270,30 @@ await withBench('producer', async (bench) => {
         r.relayPublished === undefined ? '' : `relay published ${fmtInt(r.relayPublished)}`,
         r.notifications === undefined ? '' : `listener got ${fmtInt(r.notifications)} notifications`,
       ].filter(Boolean);
-      const cpu = `CPU per tx: producers ${fmtInt(r.clientUs)} µs, PostgreSQL ${r.postgresUs === undefined ? '?' : fmtInt(r.postgresUs)} µs`;
+      const cpu = `CPU per tx: producers ${fmtInt(r.clientUs)} µs, their backends ${r.backendUs === undefined ? '?' : fmtInt(r.backendUs)} µs, all PostgreSQL ${r.postgresUs === undefined ? '?' : fmtInt(r.postgresUs)} µs`;
       log(`round ${round} ${mode.name}: ${fmtInt(r.txPerSec)} tx/s, latency p50 ${r.p50.toFixed(2)} ms p99 ${r.p99.toFixed(2)} ms, ${cpu} ${extra.join(', ')}`);
     }
   }
-  const base = results.get('business');
-  console.log(`\nMedian of ${ROUNDS} round(s), ${CLIENTS} connections; slowdown = 1 - mode / business-only of the same round:`);
+  console.log(`\nMedian of ${ROUNDS} round(s), ${CLIENTS} connections; slowdown = 1 - mode / business-only (same driver and style) of the same round.`);
+  console.log('CPU per tx: this process (the producers), the backends of its connections, all PostgreSQL processes (other clients\' load and a relay\'s backends included).');
+  console.log('CPU-bound slowdown: 1 - (producers + backends CPU of the base) / (that of the mode), what the added CPU alone costs when the cores are saturated.');
   const rows: string[][] = [];
+  const cpuOf = (r: RunResult): number | undefined => (r.backendUs === undefined ? undefined : r.clientUs + r.backendUs);
+  const medianOf = (rs: readonly RunResult[], f: (r: RunResult) => number | undefined): number | undefined =>
+    rs.every((r) => f(r) !== undefined) ? median(rs.map((r) => f(r)!)) : undefined;
+  const us = (x: number | undefined): string => (x === undefined ? '?' : fmtInt(x));
   for (const mode of MODES) {
     const rs = results.get(mode.name)!;
+    const baseName = mode.base ?? (mode.driver ? mode.name : 'business');
+    const base = results.get(baseName);
     const tx = median(rs.map((r) => r.txPerSec));
     const slowdowns = base ? rs.map((r, i) => 1 - r.txPerSec / base[i]!.txPerSec) : [];
     const slow = median(slowdowns);
-    const slowText = mode.name === 'business' || !base ? '' : `${(slow * 100).toFixed(1)}% (${slowdowns.map((x) => (x * 100).toFixed(0)).join(' / ')})`;
-    const pgUs = rs.every((r) => r.postgresUs !== undefined) ? fmtInt(median(rs.map((r) => r.postgresUs!))) : '?';
+    const isBase = mode.name === baseName || !base;
+    const slowText = isBase ? '' : `${(slow * 100).toFixed(1)}% (${slowdowns.map((x) => (x * 100).toFixed(0)).join(' / ')})`;
+    const cpu = medianOf(rs, cpuOf);
+    const baseCpu = base ? medianOf(base, cpuOf) : undefined;
+    const cpuSlow = isBase || cpu === undefined || baseCpu === undefined ? undefined : 1 - baseCpu / cpu;
     rows.push([
       mode.name,
       mode.what,
@@ -182,10 +302,39 @@ await withBench('producer', async (bench) => {
       slowText,
       median(rs.map((r) => r.p50)).toFixed(2),
       median(rs.map((r) => r.p99)).toFixed(2),
-      fmtInt(median(rs.map((r) => r.clientUs))),
-      pgUs,
+      us(medianOf(rs, (r) => r.clientUs)),
+      us(medianOf(rs, (r) => r.backendUs)),
+      us(medianOf(rs, (r) => r.postgresUs)),
+      isBase || cpu === undefined || baseCpu === undefined ? '' : `${signed(cpu - baseCpu)} µs (${(cpuSlow! * 100).toFixed(1)}%)`,
+      isBase ? '' : targetOf(mode) === undefined ? 'diagnostic' : `<= ${targetOf(mode)}%`,
     ]);
-    if (mode.name !== 'business' && base) summary('producer', `${mode.name}: median ${fmtInt(tx)} tx/s, median slowdown ${(slow * 100).toFixed(1)}% vs business-only (median ${fmtInt(median(base.map((r) => r.txPerSec)))} tx/s) (target <= 15%)`);
+    if (!isBase) {
+      const target = targetOf(mode);
+      const cpuText = cpuSlow === undefined ? '' : `; CPU-bound slowdown ${(cpuSlow * 100).toFixed(1)}% (${signed(cpu! - baseCpu!)} µs of producers + backends CPU per tx)`;
+      summary(
+        'producer',
+        `${mode.name}: median ${fmtInt(tx)} tx/s, median slowdown ${(slow * 100).toFixed(1)}% vs ${baseName} (median ${fmtInt(median(base!.map((r) => r.txPerSec)))} tx/s)${cpuText} ${target === undefined ? '(diagnostic, no target)' : `(target <= ${target}%)`}`,
+      );
+    }
   }
-  printTable(['mode', 'what', 'tx/s (median)', 'per round', 'slowdown vs (a), median (per round)', 'p50 ms', 'p99 ms', 'producers CPU µs/tx', 'PostgreSQL CPU µs/tx'], rows);
+  // WAL wake mode: producers drop NOTIFY; their throughput must not drop (within 5% of notify: true).
+  for (const [without, withNotify] of [['no-notify', 'notify'], ['pjs-pipelined-no-notify', 'pjs-pipelined-notify']] as const) {
+    const a = results.get(without);
+    const b = results.get(withNotify);
+    if (!a || !b) continue;
+    const change = median(a.map((r, i) => r.txPerSec / b[i]!.txPerSec - 1));
+    summary('producer', `${without} vs ${withNotify}: median ${change >= 0 ? '+' : ''}${(change * 100).toFixed(1)}% tx/s per round (target: no drop, >= -5%)`);
+  }
+  // The ceiling: what one more row costs, measured in the same run; enqueue's cost beyond it is txbox's own.
+  for (const [enqueueMode, ceilingMode] of [['notify', 'plain-insert'], ['no-notify', 'plain-insert'], ['pjs-pipelined-notify', 'pjs-pipelined-plain-insert'], ['pjs-pipelined-no-notify', 'pjs-pipelined-plain-insert']] as const) {
+    const e = results.get(enqueueMode);
+    const c = results.get(ceilingMode);
+    if (!e || !c) continue;
+    const beyond = median(e.map((r, i) => 1 - r.txPerSec / c[i]!.txPerSec));
+    summary('producer', `${enqueueMode} vs ${ceilingMode} (a bare insert of the same payload): median ${(beyond * 100).toFixed(1)}% slower per round`);
+  }
+  printTable(
+    ['mode', 'what', 'tx/s (median)', 'per round', 'slowdown vs base, median (per round)', 'p50 ms', 'p99 ms', 'producers CPU µs/tx', 'their backends CPU µs/tx', 'all PostgreSQL CPU µs/tx', 'CPU vs base (CPU-bound slowdown)', 'target'],
+    rows,
+  );
 });

@@ -11,7 +11,9 @@ import type { AddressInfo } from 'node:net';
 export type ReceiverMessage =
   | { readonly type: 'listening'; readonly url: string }
   | { readonly type: 'count'; readonly count: number }
-  | { readonly type: 'acks'; readonly acks: readonly (readonly [string, number])[] };
+  | { readonly type: 'acks'; readonly acks: readonly (readonly [string, number])[] }
+  /** CPU time (user + system) this process has used since it started, in µs: what answering costs. */
+  | { readonly type: 'cpu'; readonly us: number };
 
 const acked = new Map<string, number>();
 const server = createServer((req, res) => {
@@ -30,7 +32,10 @@ server.listen(0, '127.0.0.1', () => {
 });
 process.on('message', (m: { type?: string }) => {
   if (m?.type === 'count') process.send?.({ type: 'count', count: acked.size } satisfies ReceiverMessage);
-  else if (m?.type === 'acks') process.send?.({ type: 'acks', acks: [...acked] } satisfies ReceiverMessage);
+  else if (m?.type === 'cpu') {
+    const cpu = process.cpuUsage();
+    process.send?.({ type: 'cpu', us: cpu.user + cpu.system } satisfies ReceiverMessage);
+  } else if (m?.type === 'acks') process.send?.({ type: 'acks', acks: [...acked] } satisfies ReceiverMessage);
   else if (m?.type === 'close') {
     server.closeAllConnections();
     server.close(() => process.exit(0));

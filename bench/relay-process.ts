@@ -2,6 +2,8 @@
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { BrokerSpec } from './broker-transports.ts';
+import type { MetricsKind } from './metrics-setups.ts';
+import type { CpuWindow } from './cpu-window.ts';
 
 export interface RelayWorkerConfig {
   readonly schema: string;
@@ -12,11 +14,17 @@ export interface RelayWorkerConfig {
   readonly expect?: number;
   readonly pollIntervalMs?: number;
   readonly leaseTtlMs?: number;
+  /** The store's wake mode (default notify). */
+  readonly wake?: 'notify' | 'wal';
   /** Report `leases` (buckets held) and `progress` (events published so far, after every batch) messages. */
   readonly progress?: boolean;
   /** Lease buckets at once but claim nothing until `go()`. */
   readonly gated?: boolean;
-  readonly transport: { readonly kind: 'noop' } | { readonly kind: 'http'; readonly url: string } | { readonly kind: 'broker'; readonly spec: BrokerSpec };
+  /**
+   * `http`: txbox's HttpTransport (undici). `http-node`: bench/node-http-transport.ts, the transport as it was on
+   * node:http, for same-run comparisons (bench/http-clients.ts).
+   */
+  readonly transport: { readonly kind: 'noop' } | { readonly kind: 'http' | 'http-node'; readonly url: string } | { readonly kind: 'broker'; readonly spec: BrokerSpec };
   /**
    * `src` (default): the store's own complete statement. `any-array`: the
    * experiment of bench/complete-experiment.ts, a fence check the planner cannot
@@ -25,6 +33,15 @@ export interface RelayWorkerConfig {
   readonly complete?: 'src' | 'any-array';
   /** Record, per event id, wall-clock claim start, claim end and publish end (returned as `trace`). */
   readonly trace?: boolean;
+  /** The relay's metrics (bench/metrics-setups.ts). Default: the relay's default. */
+  readonly metrics?: MetricsKind;
+  /** Extra node/V8 flags for the relay process (e.g. `--max-semi-space-size=4`). */
+  readonly nodeFlags?: readonly string[];
+  /**
+   * `dist`: run bench/relay-worker-dist.mjs instead, plain node over the built package (no tsx, no
+   * benchmark modules; no-op transport and no-op drains only; build dist/ first). Default: `src`.
+   */
+  readonly build?: 'src' | 'dist';
 }
 
 export interface RelayWorkerResult {
@@ -51,6 +68,10 @@ export interface RelayWorkerResult {
   readonly fenced: number;
   /** Relay errors that were PostgreSQL deadlocks (any phase). */
   readonly deadlocks: number;
+  /** CPU time (user + system) of the relay process over `ms`. */
+  readonly cpuMs?: number;
+  /** The machine's and PostgreSQL's CPU time over `ms` (bench/cpu-window.ts), when `expect` was reached. */
+  readonly cpuWindow?: CpuWindow;
   /** With `trace`: [event id, claim sent, claim returned, publish resolved], wall-clock ms. */
   readonly trace?: readonly (readonly [string, number, number, number])[];
 }
@@ -73,10 +94,16 @@ export interface RelayWorker {
 }
 
 const WORKER = fileURLToPath(new URL('./relay-worker.ts', import.meta.url));
+const WORKER_DIST = fileURLToPath(new URL('./relay-worker-dist.mjs', import.meta.url));
 
 export function startRelayWorker(config: RelayWorkerConfig, onReport?: (m: RelayWorkerMessage & { type: 'leases' | 'progress' }) => void): RelayWorker {
-  const child = fork(WORKER, [], {
-    execArgv: ['--conditions=txbox-source', '--import', 'tsx', ...(process.env.BENCH_RELAY_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_RELAY_CPU_PROF}`] : [])],
+  const dist = config.build === 'dist';
+  const child = fork(dist ? WORKER_DIST : WORKER, [], {
+    execArgv: [
+      ...(dist ? [] : ['--conditions=txbox-source', '--import', 'tsx']),
+      ...(process.env.BENCH_RELAY_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_RELAY_CPU_PROF}`] : []),
+      ...(config.nodeFlags ?? []),
+    ],
     env: { ...process.env, BENCH_RELAY_WORKER: JSON.stringify(config) },
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });

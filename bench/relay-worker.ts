@@ -11,7 +11,10 @@ import { createRelay, type BucketLease, type ClaimOptions, type Completion, type
 import { HttpTransport } from 'txbox/http';
 import { pgConnection, PostgresRelayStore, postgresNames, type PostgresConnection } from 'txbox/postgres';
 import { brokerTransport } from './broker-transports.ts';
+import { NodeHttpBenchTransport } from './node-http-transport.ts';
 import { DATABASE_URL, MemorySampler, NoopTransport, recordAcks } from './lib.ts';
+import { metricsSetup } from './metrics-setups.ts';
+import { openCpuWindow, type CpuWindow } from './cpu-window.ts';
 import type { RelayWorkerConfig, RelayWorkerMessage, RelayWorkerResult } from './relay-process.ts';
 
 /**
@@ -97,11 +100,11 @@ class TimedRelayStore implements RelayStore {
     const applied = rows[0]!.applied;
     return { applied, rejected: completions.length - applied };
   }
-  waitForEvents(timeoutMs: number, signal: AbortSignal, since?: number) {
-    return this.inner.waitForEvents(timeoutMs, signal, since);
+  waitForEvents(timeoutMs: number, signal: AbortSignal, since?: number, buckets?: readonly number[]) {
+    return this.inner.waitForEvents(timeoutMs, signal, since, buckets);
   }
-  wakeups() {
-    return this.inner.wakeups?.() ?? 0;
+  wakeups(buckets?: readonly number[]) {
+    return this.inner.wakeups?.(buckets) ?? 0;
   }
   close() {
     return this.inner.close();
@@ -111,6 +114,7 @@ class TimedRelayStore implements RelayStore {
 async function makeTransport(config: RelayWorkerConfig): Promise<Transport> {
   if (config.transport.kind === 'noop') return new NoopTransport();
   if (config.transport.kind === 'broker') return brokerTransport(config.transport.spec);
+  if (config.transport.kind === 'http-node') return new NodeHttpBenchTransport({ endpoints: { orders: config.transport.url }, timeoutMs: 10_000, allowUnsigned: true, ...(process.env.BENCH_HTTP_MAX_SOCKETS ? { maxSockets: Number(process.env.BENCH_HTTP_MAX_SOCKETS) } : {}) });
   return new HttpTransport({ endpoints: { orders: config.transport.url }, timeoutMs: 10_000, allowUnsigned: true, ...(process.env.BENCH_HTTP_MAX_SOCKETS ? { maxSockets: Number(process.env.BENCH_HTTP_MAX_SOCKETS) } : {}) });
 }
 
@@ -121,7 +125,7 @@ function send(message: RelayWorkerMessage): void {
 async function main(): Promise<void> {
   const config = JSON.parse(process.env.BENCH_RELAY_WORKER ?? '{}') as RelayWorkerConfig;
   const connection = pgConnection({ connectionString: DATABASE_URL, maxConnections: config.lanes + 2 });
-  const inner = new PostgresRelayStore({ schema: config.schema, connection, deleteOnPublish: config.deleteOnPublish });
+  const inner = new PostgresRelayStore({ schema: config.schema, connection, deleteOnPublish: config.deleteOnPublish, wake: config.wake ?? 'notify' });
   const store =
     config.complete === 'any-array'
       ? new TimedRelayStore(inner, { sql: anyArrayComplete(config.schema, config.deleteOnPublish), db: connection })
@@ -131,9 +135,11 @@ async function main(): Promise<void> {
   if (config.trace) store.claimedAt = new Map();
   let openGate: () => void = () => {};
   if (config.gated) store.gate = new Promise<void>((resolve) => (openGate = resolve));
+  const metrics = metricsSetup(config.metrics ?? 'default');
   const relay = createRelay({
     store,
     transport,
+    ...(metrics.metrics === undefined ? {} : { metrics: metrics.metrics }),
     batchSize: config.batchSize,
     lanes: config.lanes,
     // With deleteOnPublish there is nothing to prune; keep rows: the default retention (1 day) never fires in a benchmark.
@@ -165,12 +171,19 @@ async function main(): Promise<void> {
   const rssBaseline = process.memoryUsage().rss;
   const memory = new MemorySampler(100);
   const started = performance.now();
+  const cpuStart = process.cpuUsage();
+  const closeWindow = openCpuWindow();
+  let cpuMs: number | undefined;
+  let cpuWindow: CpuWindow | undefined;
   relay.on('batch', (b) => {
     publishedCount += b.published;
     batches++;
     if (config.progress) send({ type: 'progress', published: publishedCount });
     if (config.expect !== undefined && doneAt === undefined && publishedCount >= config.expect) {
       doneAt = performance.now();
+      const cpu = process.cpuUsage(cpuStart);
+      cpuMs = (cpu.user + cpu.system) / 1000;
+      cpuWindow = closeWindow();
       finish();
     }
   });
@@ -186,6 +199,7 @@ async function main(): Promise<void> {
   await finished;
   memory.stop();
   await relay.stop();
+  await metrics.stop();
   await connection.close();
   const claims = store.claims;
   const tenth = Math.max(1, Math.floor(claims.length / 10));
@@ -207,6 +221,8 @@ async function main(): Promise<void> {
     errors: Object.entries(errorCounts).map(([what, n]) => `${what} (x${n})`),
     fenced,
     deadlocks,
+    ...(cpuMs === undefined ? {} : { cpuMs }),
+    ...(cpuWindow === undefined ? {} : { cpuWindow }),
     ...(store.claimedAt
       ? { trace: [...store.claimedAt].map(([id, [sent, returned]]) => [id, sent, returned, published.get(id) ?? Number.NaN] as const) }
       : {}),

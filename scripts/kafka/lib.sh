@@ -29,12 +29,12 @@ KAFKA_LOGS="$KAFKA_INSTANCE/logs"
 KAFKA_CONFIG="$KAFKA_INSTANCE/server.properties"
 KAFKA_PIDFILE="$KAFKA_INSTANCE/kafka.pid"
 
-kafka_log() { printf 'kafka: %s\n' "$*" >&2; }
-
-# True if something accepts TCP connections on host:port.
-kafka_port_open() {
-  timeout 2 bash -c "exec 3<>/dev/tcp/$KAFKA_HOST/$KAFKA_PORT" 2>/dev/null
-}
+# shellcheck source=../lib/java-server.sh
+source "$KAFKA_SCRIPT_DIR/../lib/java-server.sh"
+SRV_NAME=kafka SRV_HOST=$KAFKA_HOST SRV_PORT=$KAFKA_PORT SRV_PIDFILE=$KAFKA_PIDFILE SRV_CLASS=kafka.Kafka SRV_CONFIG=$KAFKA_CONFIG
+kafka_log() { srv_log "$@"; }
+kafka_port_open() { srv_port_open; }
+kafka_find_pid() { srv_find_pid; }
 
 # True if host:port answers a raw Kafka ApiVersions v0 request (api_key 18)
 # with our correlation id. Cheap (no JVM) and proves it speaks Kafka.
@@ -49,31 +49,6 @@ kafka_answers() {
     ' "$KAFKA_HOST" "$KAFKA_PORT" 2>/dev/null)" || return 1
   # bytes 4..7: correlation id, bytes 8..9: error code (0 = none)
   [[ "${hex:8:8}" == "00007478" && "${hex:16:4}" == "0000" ]]
-}
-
-# Is $1 a live JVM running *our* broker (kafka.Kafka with our server.properties)?
-kafka_is_our_pid() {
-  local pid="$1" cmd
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  [[ -r "/proc/$pid/cmdline" ]] || return 1
-  cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
-  [[ "$cmd" == *kafka.Kafka* && "$cmd" == *"$KAFKA_CONFIG"* ]]
-}
-
-# Print the pid of our broker, if running: pid file first, then whoever
-# listens on our port (in case the pid file was lost).
-kafka_find_pid() {
-  local pid=""
-  if [[ -f "$KAFKA_PIDFILE" ]]; then
-    pid="$(tr -dc '0-9' <"$KAFKA_PIDFILE")"
-    if kafka_is_our_pid "$pid"; then echo "$pid"; return 0; fi
-  fi
-  if command -v ss >/dev/null 2>&1; then
-    for pid in $(ss -Hltnp "sport = :$KAFKA_PORT" 2>/dev/null | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
-      if kafka_is_our_pid "$pid"; then echo "$pid"; return 0; fi
-    done
-  fi
-  return 1
 }
 
 kafka_log_tail() {

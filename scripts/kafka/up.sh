@@ -40,27 +40,8 @@ if [[ -z "$pid" ]]; then
 fi
 
 # 2. Jars (Maven Central via scripts/kafka/pom.xml), cached per version.
-if [[ ! -f "$KAFKA_LIBS/.complete" ]]; then
-  command -v mvn >/dev/null || { kafka_log "mvn not found (needed once to fetch Kafka jars)"; exit 1; }
-  kafka_log "fetching Kafka $KAFKA_VERSION jars from Maven Central into $KAFKA_LIBS ..."
-  rm -rf "$KAFKA_LIBS.tmp"
-  mvn_args=(-q -B -ntp -Dstyle.color=never -f "$KAFKA_SCRIPT_DIR/pom.xml"
-            "-Dkafka.version=$KAFKA_VERSION" "-DoutputDirectory=$KAFKA_LIBS.tmp")
-  [[ -n "${TXBOX_KAFKA_MAVEN_REPO:-}" ]] && mvn_args+=("-Dmaven.repo.local=$TXBOX_KAFKA_MAVEN_REPO")
-  fetched=0
-  for attempt in 1 2 3; do
-    if mvn "${mvn_args[@]}" dependency:copy-dependencies >"$KAFKA_HOME_DIR/mvn.log" 2>&1; then
-      fetched=1; break
-    fi
-    kafka_log "maven fetch attempt $attempt failed; retrying"; sleep $((attempt * 3))
-  done
-  if [[ $fetched != 1 ]]; then
-    kafka_log "could not fetch Kafka jars; tail of $KAFKA_HOME_DIR/mvn.log:"; tail -n 40 "$KAFKA_HOME_DIR/mvn.log" >&2
-    exit 1
-  fi
-  ls "$KAFKA_LIBS.tmp"/kafka_2.13-*.jar >/dev/null
-  rm -rf "$KAFKA_LIBS"; mv "$KAFKA_LIBS.tmp" "$KAFKA_LIBS"; touch "$KAFKA_LIBS/.complete"
-fi
+repo=(); [[ -n "${TXBOX_KAFKA_MAVEN_REPO:-}" ]] && repo=("-Dmaven.repo.local=$TXBOX_KAFKA_MAVEN_REPO")
+srv_fetch_jars "$KAFKA_SCRIPT_DIR/pom.xml" "$KAFKA_LIBS" "$KAFKA_HOME_DIR" "Kafka $KAFKA_VERSION" 'kafka_2.13-*.jar' "-Dkafka.version=$KAFKA_VERSION" "${repo[@]}"
 
 # Readiness probe (Admin client from the same jars), compiled once.
 PROBE_DIR="$KAFKA_LIBS/.probe"

@@ -35,9 +35,16 @@ export interface CliConfig {
     readonly deleteOnPublish?: boolean;
     /** Keep published rows this long, in milliseconds, from "90s", "15m", "24h", "7d"; false for "off" (no retention). */
     readonly keepPublishedMs?: number | false;
+    /** The destination circuit breaker's first pause and longest pause, in milliseconds, from durations with a unit. */
+    readonly breakerBaseDelayMs?: number;
+    readonly breakerMaxDelayMs?: number;
+    /** How an idle relay is woken: notify (LISTEN/NOTIFY and polling) or wal (a logical replication slot). */
+    readonly wake?: 'notify' | 'wal';
   };
   readonly transport: TransportConfig | undefined;
   readonly logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
+  /** `txbox dashboard`'s access token: --token or TXBOX_DASHBOARD_TOKEN (never from the config file: keep secrets out of files). */
+  readonly dashboardToken: string | undefined;
   /** Where each setting came from, for messages: field -> "--flag" | "TXBOX_X" | "file.json". */
   readonly sources: Readonly<Record<string, string>>;
 }
@@ -58,8 +65,12 @@ const ENV = {
   pollIntervalMs: 'TXBOX_POLL_INTERVAL_MS',
   maxAttempts: 'TXBOX_MAX_ATTEMPTS',
   keepPublished: 'TXBOX_KEEP_PUBLISHED',
+  breakerBaseDelay: 'TXBOX_BREAKER_BASE_DELAY',
+  breakerMaxDelay: 'TXBOX_BREAKER_MAX_DELAY',
+  wake: 'TXBOX_WAKE',
   logLevel: 'TXBOX_LOG_LEVEL',
   config: 'TXBOX_CONFIG',
+  dashboardToken: 'TXBOX_DASHBOARD_TOKEN',
 } as const;
 
 export const ENV_HELP = `Environment:
@@ -67,13 +78,17 @@ export const ENV_HELP = `Environment:
   TXBOX_SCHEMA           schema of the txbox tables (default txbox)
   TXBOX_TABLE            outbox table name (default outbox)
   TXBOX_CONFIG           path of a JSON config file (default ./txbox.config.json if present)
-  TXBOX_TRANSPORT        transport type: http, kafka, rabbitmq, nats, redis
+  TXBOX_TRANSPORT        transport type: http, kafka, rabbitmq, nats, redis, pubsub, sqs, sns
   TXBOX_TRANSPORT_URL    broker address: kafka brokers or nats servers (comma-separated),
-                         an amqp:// or redis:// URL
+                         an amqp:// or redis:// URL (pubsub: none; PUBSUB_EMULATOR_HOST
+                         for the emulator, GOOGLE_CLOUD_PROJECT for the project; sqs/sns:
+                         an endpoint URL, default AWS's own)
   TXBOX_HTTP_ENDPOINTS   destination=url pairs, comma separated
   TXBOX_WEBHOOK_SECRET   Standard Webhooks signing secret (whsec_...)
+  TXBOX_DASHBOARD_TOKEN  access token of txbox dashboard (16+ characters)
   TXBOX_BATCH_SIZE, TXBOX_LANES, TXBOX_LEASE_TTL_MS, TXBOX_POLL_INTERVAL_MS,
-  TXBOX_MAX_ATTEMPTS, TXBOX_KEEP_PUBLISHED, TXBOX_LOG_LEVEL
+  TXBOX_MAX_ATTEMPTS, TXBOX_KEEP_PUBLISHED, TXBOX_BREAKER_BASE_DELAY,
+  TXBOX_BREAKER_MAX_DELAY, TXBOX_WAKE, TXBOX_LOG_LEVEL
 Durations carry a unit (500ms, 30s, 15m, 24h, 7d, 1h30m); a bare number is refused.
 Settings named *_MS / --*-ms take milliseconds.`;
 
@@ -144,6 +159,10 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
   const durationOrOff = (field: string, value: string | undefined): number | false | undefined => {
     if (value === undefined) return undefined;
     if (value.trim() === 'off') return false;
+    return duration(field, value);
+  };
+  const duration = (field: string, value: string | undefined): number | undefined => {
+    if (value === undefined) return undefined;
     const source = sources[field] ?? field;
     return parseDuration(value, source.includes('(') ? `${source.replace(/ \(.*\)$/, '')} relay.${field}` : source);
   };
@@ -153,6 +172,12 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
     const source = sources.logLevel!;
     const shown = source.startsWith('--') ? `${source} ${logLevel}` : source.startsWith('TXBOX_') ? `${source}=${logLevel}` : `${source} ${JSON.stringify(logLevel)}`;
     throw new CliError(`${shown}: choose debug, info, warn, error or silent`);
+  }
+  const wake = pick('wake', 'wake', ENV.wake, fileRelay.wake);
+  if (wake !== undefined && wake !== 'notify' && wake !== 'wal') {
+    const source = sources.wake!;
+    const shown = source.startsWith('--') ? `${source} ${wake}` : source.startsWith('TXBOX_') ? `${source}=${wake}` : `${source} ${JSON.stringify(wake)}`;
+    throw new CliError(`${shown}: choose notify (LISTEN/NOTIFY and polling) or wal (logical replication; needs wal_level=logical and REPLICATION)`);
   }
   const skip = pick('skipParkedDestinations', 'skip-parked', undefined, fileRelay.skipParkedDestinations);
   const deleteOnPublish = flags['delete-on-publish'] === true || fileRelay.deleteOnPublish === true;
@@ -165,7 +190,17 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
     skipParkedDestinations: skip === undefined ? undefined : parseList(skip, sources.skipParkedDestinations ?? 'skipParkedDestinations'),
     deleteOnPublish,
     keepPublishedMs: durationOrOff('keepPublished', pick('keepPublished', 'keep-published', ENV.keepPublished, fileRelay.keepPublished)),
+    breakerBaseDelayMs: duration('breakerBaseDelay', pick('breakerBaseDelay', 'breaker-base-delay', ENV.breakerBaseDelay, fileRelay.breakerBaseDelay)),
+    breakerMaxDelayMs: duration('breakerMaxDelay', pick('breakerMaxDelay', 'breaker-max-delay', ENV.breakerMaxDelay, fileRelay.breakerMaxDelay)),
+    wake: wake as 'notify' | 'wal' | undefined,
   });
+  // The relay names these settings by its option (circuitBreaker.baseDelayMs); messages name the flag, variable or file field.
+  if (sources.breakerBaseDelay) sources['circuitBreaker.baseDelayMs'] = sources.breakerBaseDelay;
+  if (sources.breakerMaxDelay) sources['circuitBreaker.maxDelayMs'] = sources.breakerMaxDelay;
+  const { breakerBaseDelayMs: base, breakerMaxDelayMs: max } = relay as CliConfig['relay'];
+  if (base !== undefined && max !== undefined && max < base) {
+    throw new CliError(`${sources.breakerMaxDelay}: the longest pause (${max} ms) is shorter than ${sources.breakerBaseDelay} (${base} ms); give a max delay at least the base delay`);
+  }
   return {
     databaseUrl: pick('databaseUrl', 'database-url', ENV.databaseUrl, file.databaseUrl),
     schema: pick('schema', 'schema', ENV.schema, file.schema) ?? 'txbox',
@@ -173,6 +208,7 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
     relay,
     transport,
     logLevel: logLevel as CliConfig['logLevel'],
+    dashboardToken: pick('dashboardToken', 'token', ENV.dashboardToken, undefined),
     sources,
   };
 }

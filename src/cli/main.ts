@@ -10,6 +10,7 @@ import { GLOBAL_HELP, GLOBAL_OPTIONS, type Command } from './command.ts';
 import { ENV_HELP, loadConfig } from './config.ts';
 import { jsonLogger } from './json-logger.ts';
 import { ConfigError } from '../core/errors.ts';
+import { dashboardCommand } from './commands/dashboard.ts';
 import { demoCommand } from './commands/demo.ts';
 import { inboxCommand } from './commands/inbox.ts';
 import { migrateCommand } from './commands/migrate.ts';
@@ -20,8 +21,9 @@ import { replayCommand } from './commands/replay.ts';
 import { secretCommand } from './commands/secret.ts';
 import { statusCommand } from './commands/status.ts';
 import { tortureCommand } from './commands/torture.ts';
+import { walCommand } from './commands/wal.ts';
 
-const COMMANDS: Command[] = [migrateCommand, relayCommand, statusCommand, parkedCommand, replayCommand, pruneCommand, inboxCommand, secretCommand, demoCommand, tortureCommand];
+const COMMANDS: Command[] = [migrateCommand, relayCommand, statusCommand, parkedCommand, replayCommand, pruneCommand, inboxCommand, dashboardCommand, secretCommand, walCommand, demoCommand, tortureCommand];
 
 function version(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };

@@ -37,11 +37,31 @@ const FACTORIES: Record<string, Factory> = {
     const { RabbitMqTransport } = await importOptional('the rabbitmq transport', () => import('../transports/rabbitmq/index.ts'));
     return new RabbitMqTransport({ ...options(config, 'url'), logger } as unknown as ConstructorParameters<typeof RabbitMqTransport>[0]);
   },
-  async nats(config) {
+  async nats(config, logger) {
     const { NatsTransport } = await importOptional('the nats transport', () => import('../transports/nats/index.ts'));
-    const o: Record<string, unknown> = options(config, 'servers');
+    const o: Record<string, unknown> = { ...options(config, 'servers'), logger };
     if (typeof o.servers === 'string') o.servers = o.servers.split(',');
     return new NatsTransport(o as unknown as ConstructorParameters<typeof NatsTransport>[0]);
+  },
+  async pubsub(config, logger) {
+    // No address: the client finds Google Cloud through its default credentials,
+    // and the emulator through PUBSUB_EMULATOR_HOST; the project comes from
+    // transport.projectId in the config file or GOOGLE_CLOUD_PROJECT.
+    if (config.url !== undefined) throw new CliError('transport.url: the pubsub transport takes no address; set PUBSUB_EMULATOR_HOST for the emulator, and the project with GOOGLE_CLOUD_PROJECT or transport.projectId in the config file');
+    const { PubSubTransport } = await importOptional('the pubsub transport', () => import('../transports/pubsub/index.ts'));
+    const o: Record<string, unknown> = { ...options(config), logger };
+    if (o.projectId === undefined && process.env.GOOGLE_CLOUD_PROJECT) o.projectId = process.env.GOOGLE_CLOUD_PROJECT;
+    return new PubSubTransport(o as unknown as ConstructorParameters<typeof PubSubTransport>[0]);
+  },
+  async sqs(config, logger) {
+    // Queues come from the config file (transport.queues); the AWS SDK finds the
+    // region and credentials through its default chain (AWS_REGION, AWS_PROFILE, ...).
+    const { SqsTransport } = await importOptional('the sqs transport', () => import('../transports/sqs/index.ts'));
+    return new SqsTransport({ ...options(config, 'endpoint'), logger } as unknown as ConstructorParameters<typeof SqsTransport>[0]);
+  },
+  async sns(config, logger) {
+    const { SnsTransport } = await importOptional('the sns transport', () => import('../transports/sqs/index.ts'));
+    return new SnsTransport({ ...options(config, 'endpoint'), logger } as unknown as ConstructorParameters<typeof SnsTransport>[0]);
   },
   async redis(config, logger) {
     const { RedisTransport } = await importOptional('the redis transport', () => import('../transports/redis/index.ts'));

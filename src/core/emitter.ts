@@ -28,6 +28,14 @@ export class TypedEmitter<Events extends object> {
   }
 }
 
+/** A TypedEmitter its owner fires events on: the `events` of the consumers. */
+export class FiringEmitter<Events extends object> extends TypedEmitter<Events> {
+  /** @internal */
+  fire<K extends keyof Events>(name: K, payload: Events[K]): void {
+    this.emit(name, payload);
+  }
+}
+
 /** A short, stable hash of an ordering key, for logs that must not show the key itself. */
 export function keyHash(key: string): string {
   let h = 0x811c9dc5;

@@ -57,6 +57,8 @@ export interface StoredEvent extends OutboxEvent {
   readonly attempts: number;
   /** Routes that already acked this event (when a relay publishes to several transports). */
   readonly routesDone: readonly string[];
+  /** When the row was written (the database's `created_at`), in epoch ms, when the store reads it: for the commit-to-ack metric. */
+  readonly createdAtMs?: number;
 }
 
 /** The default ordering key of an aggregate. */

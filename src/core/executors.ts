@@ -4,7 +4,8 @@
  * shape it needs. Pass the adapter the transaction object, never the pool,
  * so that events commit with the business rows.
  */
-import type { SqlExecutor } from './ports.ts';
+import { ConfigError } from './errors.ts';
+import type { SqlExecutor, TransactionProblem } from './ports.ts';
 
 /**
  * Set by the adapters on the executor they return when the library told them
@@ -52,6 +53,22 @@ export function notInTransaction(tx: object): string | undefined {
     return `has a transaction() method, so it begins transactions rather than being one: ${HOW}. Pass the transaction it gives you: await connection.transaction(async (tx) => { ...; await outbox.enqueue(tx, event); })`;
   }
   return undefined;
+}
+
+/**
+ * `OutboxStore.checkTransaction` for stores written through a `SqlExecutor`
+ * (PostgreSQL, PGlite): not one at all (no `query` method, with a hint for a
+ * postgres.js transaction passed unwrapped), or not an open transaction
+ * (`notInTransaction`).
+ */
+export function sqlTransactionProblem(tx: unknown): TransactionProblem | undefined {
+  const t = tx as { query?: unknown; unsafe?: unknown } | null | undefined;
+  if (!t || typeof t.query !== 'function') {
+    const hint = typeof t?.unsafe === 'function' ? ' (a postgres.js transaction: wrap it, outbox.enqueue(fromPostgresJs(sql), event))' : '';
+    return { kind: 'invalid', message: `is not a transaction: pass the caller's client or transaction object (anything with query(text, params))${hint}` };
+  }
+  const problem = notInTransaction(t);
+  return problem === undefined ? undefined : { kind: 'autocommit', message: problem };
 }
 
 type Rows = { rows: unknown[] };
@@ -129,6 +146,71 @@ export function fromDrizzle(
   }, typeof tx.rollback === 'function'
     ? undefined
     : `is a Drizzle database, not a transaction: ${HOW}. Use await db.transaction(async (tx) => { ...; await outbox.enqueue(fromDrizzle(tx, sql), event); })`);
+}
+
+/**
+ * A postgres.js transaction: the `sql` that `sql.begin(async (sql) => ...)`
+ * passes. Statements go through `sql.unsafe(text, params, { prepare })`.
+ * `enqueue` starts its INSERT before it returns (it awaits nothing first,
+ * unless a schema validates asynchronously), and postgres.js sends what is
+ * queried in one turn of the event loop as one write without waiting for
+ * answers: started together with the caller's other statements (returned in
+ * an array from `sql.begin`, or under one `Promise.all`), the INSERT costs no
+ * round trip of its own. Awaited one after the other, it costs one.
+ *
+ * `prepare` (default true) names the statement on the connection, as
+ * postgres.js does for tagged queries. Leave it on to pipeline: postgres.js
+ * sends an unprepared statement with parameters as Describe first and waits
+ * for the answer (one more round trip, and later statements wait behind it).
+ * Turn it off only behind a pooler that cannot keep prepared statements.
+ * With the default `notify: true` the store sends two statement shapes (with
+ * and without NOTIFY): each is described once per connection.
+ *
+ * @example
+ * await sql.begin((sql) => [
+ *   sql`INSERT INTO orders ${sql({ id, total })}`,
+ *   outbox.enqueue(fromPostgresJs(sql), OrderCreated({ aggregateId: id, payload: { id, total } })),
+ * ]);
+ */
+export function fromPostgresJs(
+  sql: {
+    unsafe(query: string, parameters?: any[], options?: { prepare?: boolean }): PromiseLike<readonly unknown[]>;
+    typed(value: any, type: number): unknown;
+    readonly begin?: unknown;
+  },
+  options: { readonly prepare?: boolean } = {},
+): SqlExecutor {
+  const prepare = options.prepare ?? true;
+  if (typeof prepare !== 'boolean') throw new ConfigError('prepare', `(fromPostgresJs option) must be true or false, got ${String(prepare)}`);
+  return marked(
+    {
+      query(text, params = []) {
+        // txbox passes JSON as text cast in the SQL ($7::json); postgres.js would JSON.stringify a
+        // parameter the server types as json a second time, so such parameters are declared text.
+        const json = jsonCastParameters(text);
+        const values = json.size === 0 ? params : params.map((v, i) => (typeof v === 'string' && json.has(i + 1) ? sql.typed(v, TEXT_OID) : v));
+        // Calling then() is what makes postgres.js send the query: it happens here, synchronously.
+        return Promise.resolve(sql.unsafe(text, values, { prepare }).then((rows) => ({ rows: rows as unknown[] })));
+      },
+    },
+    typeof sql.begin === 'function'
+      ? `is the postgres.js client (it has begin()), not a transaction: each statement may run on another connection in autocommit, so ${HOW}. Use await sql.begin(async (sql) => { ...; await outbox.enqueue(fromPostgresJs(sql), event); })`
+      : undefined,
+  );
+}
+
+const TEXT_OID = 25;
+const jsonCasts = new Map<string, ReadonlySet<number>>();
+
+/** The numbers n of the `$n::json` and `$n::jsonb` placeholders in `text` (cached: txbox sends few distinct texts). */
+function jsonCastParameters(text: string): ReadonlySet<number> {
+  let found = jsonCasts.get(text);
+  if (found === undefined) {
+    found = new Set([...text.matchAll(/\$(\d+)\s*::\s*jsonb?\b/gi)].map((m) => Number(m[1])));
+    if (jsonCasts.size >= 1000) jsonCasts.clear();
+    jsonCasts.set(text, found);
+  }
+  return found;
 }
 
 /** Rewrites `$1..$n` placeholders (in order of appearance, repeats allowed) to `?` with matching bindings. */

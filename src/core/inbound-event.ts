@@ -102,3 +102,54 @@ export function checkedInbound(event: OutboxEvent): { readonly ok: true; readonl
   const problem = inboundEventProblem(event);
   return problem === null ? { ok: true, event } : { ok: false, message: problem };
 }
+
+/** The `txbox-*` names of the envelope fields, as Kafka headers and Pub/Sub attributes carry them. */
+export const TXBOX_FIELD = {
+  id: 'txbox-id',
+  type: 'txbox-type',
+  aggregateType: 'txbox-aggregate-type',
+  aggregateId: 'txbox-aggregate-id',
+  version: 'txbox-version',
+  occurredAt: 'txbox-occurred-at',
+  destination: 'txbox-destination',
+} as const;
+
+/**
+ * Rebuilds an event from its `txbox-*` fields (lower-case names) and its JSON
+ * body, for the codecs that carry the envelope beside the payload (Kafka
+ * headers, Pub/Sub attributes). Only `txbox-id` and `txbox-type` are
+ * required; messages name the field (`what`: "header", "attribute") and never
+ * quote a value.
+ */
+export function eventFromTxboxFields(
+  fields: ReadonlyMap<string, string>,
+  body: string | null,
+  o: { readonly what: string; readonly bodyName: string; readonly key: (aggregateType: string, aggregateId: string) => string; readonly destination: string; readonly headers: Record<string, string> },
+): { readonly ok: true; readonly event: OutboxEvent } | { readonly ok: false; readonly message: string } {
+  const bad = (message: string) => ({ ok: false as const, message });
+  const id = fields.get(TXBOX_FIELD.id);
+  const type = fields.get(TXBOX_FIELD.type);
+  if (!id) return bad(`the message has no "${TXBOX_FIELD.id}" ${o.what}`);
+  if (!type) return bad(`the message has no "${TXBOX_FIELD.type}" ${o.what}`);
+  let payload: unknown = null;
+  if (body !== null) {
+    try {
+      payload = JSON.parse(body);
+    } catch {
+      return bad(`the ${o.bodyName} is not valid JSON`);
+    }
+  }
+  let version: number | null = null;
+  const versionText = fields.get(TXBOX_FIELD.version);
+  if (versionText !== undefined) {
+    version = Number(versionText);
+    if (!/^-?\d+$/.test(versionText) || !Number.isSafeInteger(version)) return bad(`"${TXBOX_FIELD.version}" must be an integer`);
+  }
+  const occurredText = fields.get(TXBOX_FIELD.occurredAt);
+  const occurredAt = occurredText === undefined ? new Date() : new Date(occurredText);
+  if (Number.isNaN(occurredAt.getTime())) return bad(`"${TXBOX_FIELD.occurredAt}" must be an ISO 8601 date`);
+  const aggregateType = fields.get(TXBOX_FIELD.aggregateType) ?? '';
+  const aggregateId = fields.get(TXBOX_FIELD.aggregateId) ?? '';
+  const destination = fields.get(TXBOX_FIELD.destination) ?? o.destination;
+  return checkedInbound({ id, type, aggregateType, aggregateId, key: o.key(aggregateType, aggregateId), destination, payload, headers: o.headers, occurredAt, version });
+}

@@ -15,8 +15,8 @@ export type InboxOutcome =
   /** The handler failed `maxAttempts` times: kept in the inbox as dead; ack it (and dead-letter it on the broker). */
   | { readonly status: 'dead'; readonly attempts: number; readonly error: string };
 
-/** The consumer-side table. */
-export interface InboxStore {
+/** The consumer-side table. `Tx`: the transaction type the handlers write through (as `OutboxStore`'s). */
+export interface InboxStore<Tx = SqlExecutor> {
   /**
    * Runs `handler` for each event in ONE transaction that first records every
    * (consumer, event id) as processed; the handlers' writes and the marks
@@ -29,7 +29,7 @@ export interface InboxStore {
   runBatch(
     consumer: string,
     events: readonly OutboxEvent[],
-    handler: (tx: SqlExecutor, event: OutboxEvent) => Promise<void>,
+    handler: (tx: Tx, event: OutboxEvent) => Promise<void>,
     options?: RunBatchOptions,
   ): Promise<{ readonly ran: boolean[]; readonly heldKeys: string[]; readonly held?: boolean[] }>;
   /** Records a failed attempt (outside the rolled-back transaction); the row turns dead at `maxAttempts`. */

@@ -4,6 +4,19 @@ import { InvalidEventError } from './errors.ts';
 export const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 export const LONE_SURROGATE_MESSAGE = 'contains a lone UTF-16 surrogate (half of an emoji or other character cut in two), which is not valid Unicode; fix how the string was sliced';
 
+/** Any character that may need a closer look: NUL, or either half of a surrogate pair. One cheap scan rules most strings out. */
+const SUSPECT = /[\u0000\uD800-\uDFFF]/;
+
+/**
+ * Why `value` cannot be stored as text by PostgreSQL (a NUL character, or a
+ * lone surrogate: `LONE_SURROGATE_MESSAGE`), or undefined when it can.
+ */
+export function textProblem(value: string): 'nul' | 'surrogate' | undefined {
+  if (!SUSPECT.test(value)) return undefined;
+  if (value.includes('\u0000')) return 'nul';
+  return LONE_SURROGATE.test(value) ? 'surrogate' : undefined;
+}
+
 /**
  * Serializes a payload to JSON, refusing what JSON would silently change or drop:
  * functions, symbols, bigints, NaN and Infinity, `undefined` array items, Map,
@@ -14,55 +27,118 @@ export function serializePayload(field: string, payload: unknown): string {
   if (payload === undefined) {
     throw new InvalidEventError(field, 'payload is undefined; pass a JSON value (an object, array, string, number, boolean or null)');
   }
-  checkJson(payload, field, new Set());
-  return JSON.stringify(payload);
+  // The fast walk checks values' types only. Strings are checked in the JSON text instead, in one
+  // scan: JSON.stringify writes NUL and lone surrogates (never a valid pair) as \u0000 and \ud800-\udfff
+  // escapes. Anything suspect runs the full walk, which finds the first problem in payload order
+  // (the error callers always got) or clears a false alarm (a string holding a backslash and "u0000").
+  let json: string | undefined;
+  if (walks(payload, false)) {
+    try {
+      json = JSON.stringify(payload);
+    } catch {
+      // Cannot happen after the walk (no bigint, no cycle) unless a toJSON throws: the full walk or stringify says why.
+    }
+    if (json !== undefined && !SUSPECT_ESCAPE.test(json)) return json;
+  }
+  try {
+    checkJson(payload, [], true);
+  } catch (err) {
+    if (!(err instanceof JsonProblem)) throw err;
+    let path = field;
+    for (let i = err.keys.length - 1; i >= 0; i--) {
+      const key = err.keys[i]!;
+      path += typeof key === 'number' ? `[${key}]` : `.${key}`;
+    }
+    throw new InvalidEventError(path, err.message);
+  }
+  return json ?? JSON.stringify(payload);
 }
 
-function checkJson(value: unknown, path: string, seen: Set<object>): void {
+/** In JSON text: the escape of NUL or of a surrogate (JSON.stringify escapes only lone ones). */
+const SUSPECT_ESCAPE = /\\u(?:0000|d[89a-f])/;
+
+/** Whether checkJson passes (`strings`: also checks strings and property names). */
+function walks(payload: unknown, strings: boolean): boolean {
+  try {
+    checkJson(payload, [], strings);
+    return true;
+  } catch (err) {
+    if (err instanceof JsonProblem) return false;
+    throw err;
+  }
+}
+
+/**
+ * What checkJson throws: the problem, and the keys from the bad value up to
+ * the payload, added as the recursion unwinds, so that the walk builds no
+ * path text unless something is wrong.
+ */
+class JsonProblem {
+  readonly keys: (string | number)[] = [];
+  constructor(readonly message: string) {}
+}
+
+/**
+ * `parents`: the objects and arrays around `value`, for the cycle check (a
+ * payload's depth is small). `strings`: also check strings and property names.
+ */
+function checkJson(value: unknown, parents: object[], strings: boolean): void {
   switch (typeof value) {
-    case 'string':
-      if (value.includes('\u0000')) fail(path, 'contains a NUL character (\\u0000), which PostgreSQL cannot store in JSON; remove it or encode the data');
-      if (LONE_SURROGATE.test(value)) fail(path, LONE_SURROGATE_MESSAGE);
+    case 'string': {
+      if (!strings) return;
+      const problem = textProblem(value);
+      if (problem === 'nul') throw new JsonProblem('contains a NUL character (\\u0000), which PostgreSQL cannot store in JSON; remove it or encode the data');
+      if (problem === 'surrogate') throw new JsonProblem(LONE_SURROGATE_MESSAGE);
       return;
+    }
     case 'boolean':
       return;
     case 'number':
-      if (!Number.isFinite(value)) fail(path, `${value} is not representable in JSON`);
+      if (!Number.isFinite(value)) throw new JsonProblem(`${value} is not representable in JSON`);
       return;
     case 'bigint':
-      fail(path, 'a bigint is not representable in JSON; convert it to a string');
-      return;
+      throw new JsonProblem('a bigint is not representable in JSON; convert it to a string');
     case 'undefined':
-      fail(path, 'undefined is not representable in JSON; use null or omit the field');
-      return;
+      throw new JsonProblem('undefined is not representable in JSON; use null or omit the field');
     case 'function':
     case 'symbol':
-      fail(path, `a ${typeof value} is not representable in JSON`);
-      return;
+      throw new JsonProblem(`a ${typeof value} is not representable in JSON`);
   }
   if (value === null) return;
   const obj = value as object;
-  if (seen.has(obj)) fail(path, 'the payload contains a cycle');
+  if (parents.includes(obj)) throw new JsonProblem('the payload contains a cycle');
   if (typeof (obj as { toJSON?: unknown }).toJSON === 'function') return; // Date and friends
-  seen.add(obj);
+  parents.push(obj);
   if (Array.isArray(obj)) {
-    obj.forEach((item: unknown, i) => checkJson(item, `${path}[${i}]`, seen));
+    for (let i = 0; i < obj.length; i++) {
+      const item: unknown = obj[i];
+      if (item === undefined && !(i in obj)) continue; // a hole: JSON.stringify writes null, as before
+      try {
+        checkJson(item, parents, strings);
+      } catch (err) {
+        if (err instanceof JsonProblem) err.keys.push(i);
+        throw err;
+      }
+    }
   } else {
     const proto: unknown = Object.getPrototypeOf(obj);
     if (proto !== Object.prototype && proto !== null) {
       const name = (obj as { constructor?: { name?: string } }).constructor?.name ?? 'object';
-      fail(path, `a ${name} instance does not serialize to JSON faithfully; convert it to a plain object or array`);
+      throw new JsonProblem(`a ${name} instance does not serialize to JSON faithfully; convert it to a plain object or array`);
     }
-    for (const [k, v] of Object.entries(obj)) {
+    for (const k of Object.keys(obj)) {
+      const v: unknown = (obj as Record<string, unknown>)[k];
       if (v === undefined) continue; // JSON omits undefined properties, as callers expect
-      if (k.includes('\u0000')) fail(path, 'has a property name with a NUL character, which PostgreSQL cannot store in JSON');
-      if (LONE_SURROGATE.test(k)) fail(path, `has a property name with ${LONE_SURROGATE_MESSAGE.slice('contains '.length)}`);
-      checkJson(v, `${path}.${k}`, seen);
+      const problem = strings ? textProblem(k) : undefined;
+      if (problem === 'nul') throw new JsonProblem('has a property name with a NUL character, which PostgreSQL cannot store in JSON');
+      if (problem === 'surrogate') throw new JsonProblem(`has a property name with ${LONE_SURROGATE_MESSAGE.slice('contains '.length)}`);
+      try {
+        checkJson(v, parents, strings);
+      } catch (err) {
+        if (err instanceof JsonProblem) err.keys.push(k);
+        throw err;
+      }
     }
   }
-  seen.delete(obj);
-}
-
-function fail(path: string, message: string): never {
-  throw new InvalidEventError(path, message);
+  parents.pop();
 }

@@ -1,14 +1,15 @@
 import { defaultKey } from './envelope.ts';
 import { ConfigError, InvalidEventError, NotInTransactionError, PayloadTooLargeError, UnknownDestinationError } from './errors.ts';
-import { notInTransaction } from './executors.ts';
 import type { EventDefinition, NewEvent } from './events.ts';
-import { LONE_SURROGATE, LONE_SURROGATE_MESSAGE, serializePayload } from './json.ts';
+import { LONE_SURROGATE_MESSAGE, serializePayload, textProblem } from './json.ts';
 import type { OutboxStore, PreparedEvent, SqlExecutor } from './ports.ts';
+import type { StandardSchemaV1 } from './standard-schema.ts';
 import { isUuid, uuidv7 } from './uuid.ts';
+import { withActiveTraceContext } from './tracing.ts';
 
-export interface OutboxOptions {
-  /** Where events are written, e.g. `new PostgresOutboxStore({ schema: 'txbox' })`. Required. */
-  readonly store: OutboxStore;
+export interface OutboxOptions<Tx = SqlExecutor> {
+  /** Where events are written, e.g. `new PostgresOutboxStore({ schema: 'txbox' })`. Required. Its transaction type is `enqueue`'s. */
+  readonly store: OutboxStore<Tx>;
   /** The event definitions this outbox writes; their destinations are the known ones. Default: none. */
   readonly events?: readonly EventDefinition<string, any, any>[];
   /** Destinations allowed in addition to those of `events`. Default: none. */
@@ -29,8 +30,8 @@ export interface OutboxOptions {
   readonly allowAutocommit?: boolean;
 }
 
-export interface ResolvedOutboxOptions {
-  readonly store: OutboxStore;
+export interface ResolvedOutboxOptions<Tx = SqlExecutor> {
+  readonly store: OutboxStore<Tx>;
   readonly destinations: ReadonlySet<string>;
   readonly maxPayloadBytes: number;
   readonly maxBatch: number;
@@ -39,9 +40,9 @@ export interface ResolvedOutboxOptions {
 
 const ONE_MIB = 1024 * 1024;
 
-export function resolveOutboxOptions(options: OutboxOptions): ResolvedOutboxOptions {
+export function resolveOutboxOptions<Tx = SqlExecutor>(options: OutboxOptions<Tx>): ResolvedOutboxOptions<Tx> {
   if (options === null || typeof options !== 'object') throw new ConfigError('options', 'pass an options object');
-  const store = options.store as OutboxStore | undefined;
+  const store = options.store as OutboxStore<Tx> | undefined;
   if (!store || typeof store.insert !== 'function') {
     throw new ConfigError('store', 'is required: pass an outbox store such as new PostgresOutboxStore({ schema: "txbox" })');
   }
@@ -63,8 +64,11 @@ function positiveInt(field: string, value: number | undefined, fallback: number)
   return value;
 }
 
-/** The write side of txbox. Create one per outbox table and share it. */
-export interface Outbox {
+/**
+ * The write side of txbox. Create one per outbox table and share it. `Tx`
+ * is the store's transaction type (`SqlExecutor` for PostgreSQL and PGlite).
+ */
+export interface Outbox<Tx = SqlExecutor> {
   /**
    * Writes events inside the caller's transaction: they exist if and only if
    * that transaction commits. Never begins, commits or rolls back. Every event
@@ -78,22 +82,24 @@ export interface Outbox {
    * await outbox.enqueue(client, OrderCreated({ aggregateId: id, payload: { id, total } }));
    * await client.query('COMMIT');
    */
-  enqueue(tx: SqlExecutor, events: NewEvent<any, string> | readonly NewEvent<any, string>[]): Promise<string[]>;
-  readonly options: ResolvedOutboxOptions;
+  enqueue(tx: Tx, events: NewEvent<any, string> | readonly NewEvent<any, string>[]): Promise<string[]>;
+  readonly options: ResolvedOutboxOptions<Tx>;
 }
 
-/** Creates the write side of an outbox. See `Outbox.enqueue`. */
-export function createOutbox(options: OutboxOptions): Outbox {
+/**
+ * Creates the write side of an outbox. See `Outbox.enqueue`. The transaction
+ * type is inferred from the store, so a client of another database does not compile.
+ */
+export function createOutbox<Tx = SqlExecutor>(options: OutboxOptions<Tx>): Outbox<Tx> {
   const resolved = resolveOutboxOptions(options);
   return {
     options: resolved,
     async enqueue(tx, events) {
-      if (!tx || typeof tx.query !== 'function') {
-        throw new InvalidEventError('tx', "is not a transaction: pass the caller's client or transaction object (anything with query(text, params))");
-      }
-      if (!resolved.allowAutocommit) {
-        const problem = notInTransaction(tx);
-        if (problem !== undefined) throw new NotInTransactionError(`${problem}; or create the outbox with allowAutocommit: true to write outside a transaction on purpose`);
+      if (tx === null || tx === undefined) throw new InvalidEventError('tx', `is not a transaction: pass the caller's client or transaction object, got ${String(tx)}`);
+      const problem = resolved.store.checkTransaction?.(tx);
+      if (problem?.kind === 'invalid') throw new InvalidEventError('tx', problem.message);
+      if (problem?.kind === 'autocommit' && !resolved.allowAutocommit) {
+        throw new NotInTransactionError(`${problem.message}; or create the outbox with allowAutocommit: true to write outside a transaction on purpose`);
       }
       const list: readonly NewEvent<any, string>[] = Array.isArray(events) ? events : [events as NewEvent<any, string>];
       if (list.length === 0) return [];
@@ -102,7 +108,10 @@ export function createOutbox(options: OutboxOptions): Outbox {
       }
       const prepared: PreparedEvent[] = [];
       for (let i = 0; i < list.length; i++) {
-        prepared.push(await prepareEvent(list[i]!, list.length === 1 ? 'event' : `events[${i}]`, resolved));
+        // Synchronous unless a schema validates asynchronously: without an await before it, the
+        // INSERT is sent in the caller's turn of the event loop, with the statements it pipelines with.
+        const event = prepareEvent(list[i]!, list.length === 1 ? 'event' : `events[${i}]`, resolved);
+        prepared.push(event instanceof Promise ? await event : event);
       }
       await resolved.store.insert(tx, prepared);
       return prepared.map((e) => e.id);
@@ -112,7 +121,8 @@ export function createOutbox(options: OutboxOptions): Outbox {
 
 const encoder = new TextEncoder();
 
-async function prepareEvent(event: NewEvent<any, string>, at: string, options: ResolvedOutboxOptions): Promise<PreparedEvent> {
+/** Validates one event and builds its row: synchronously, unless its schema's validation returns a Promise. */
+function prepareEvent(event: NewEvent<any, string>, at: string, options: Pick<ResolvedOutboxOptions<unknown>, 'destinations' | 'maxPayloadBytes'>): PreparedEvent | Promise<PreparedEvent> {
   if (event === null || typeof event !== 'object') throw new InvalidEventError(at, 'is not an event object; create events with an event definition');
   const type = requireText(`${at}.type`, event.type);
   const aggregateType = requireText(`${at}.aggregateType`, event.aggregateType);
@@ -126,21 +136,31 @@ async function prepareEvent(event: NewEvent<any, string>, at: string, options: R
   }
   const aggregateId = typeof rawAggregateId === 'number' ? String(rawAggregateId) : requireText(`${at}.aggregateId`, rawAggregateId);
   const key = event.key === undefined ? defaultKey(aggregateType, aggregateId) : requireText(`${at}.key`, event.key);
-  let payload: unknown = event.payload;
-  if (event.schema) {
-    let result = event.schema['~standard'].validate(payload);
-    if (result instanceof Promise) result = await result;
-    if (result.issues) {
-      const issue = result.issues[0];
-      const path = issue?.path?.map((p) => (typeof p === 'object' ? String(p.key) : String(p))).join('.') ?? '';
-      throw new InvalidEventError(`${at}.payload${path ? '.' + path : ''}`, `failed ${type} schema validation: ${issue?.message ?? 'invalid'}`);
-    }
-    payload = result.value;
+  const fields = { type, aggregateType, aggregateId, key, destination };
+  if (!event.schema) return finishEvent(event, at, options, fields, event.payload);
+  const result = event.schema['~standard'].validate(event.payload);
+  if (result instanceof Promise) return result.then((r) => finishEvent(event, at, options, fields, validated(r, at, type)));
+  return finishEvent(event, at, options, fields, validated(result, at, type));
+}
+
+/** The payload a Standard Schema validation gave back, or the error naming the first issue's path. */
+function validated(result: StandardSchemaV1.Result<unknown>, at: string, type: string): unknown {
+  if (result.issues) {
+    const issue = result.issues[0];
+    const path = issue?.path?.map((p) => (typeof p === 'object' ? String(p.key) : String(p))).join('.') ?? '';
+    throw new InvalidEventError(`${at}.payload${path ? '.' + path : ''}`, `failed ${type} schema validation: ${issue?.message ?? 'invalid'}`);
   }
+  return result.value;
+}
+
+type EventFields = Pick<PreparedEvent, 'type' | 'aggregateType' | 'aggregateId' | 'key' | 'destination'>;
+
+function finishEvent(event: NewEvent<any, string>, at: string, options: Pick<ResolvedOutboxOptions<unknown>, 'destinations' | 'maxPayloadBytes'>, fields: EventFields, payload: unknown): PreparedEvent {
   const payloadJson = serializePayload(`${at}.payload`, payload);
   const bytes = payloadJson.length * 3 <= options.maxPayloadBytes ? payloadJson.length : encoder.encode(payloadJson).length;
   if (bytes > options.maxPayloadBytes) throw new PayloadTooLargeError(`${at}.payload`, bytes, options.maxPayloadBytes);
-  const headers = checkHeaders(`${at}.headers`, event.headers, options.maxPayloadBytes - bytes, bytes, options.maxPayloadBytes);
+  // The active span's context joins the headers before the checks, so it is validated and counted in the size limit too.
+  const headers = checkHeaders(`${at}.headers`, withActiveTraceContext(event.headers), options.maxPayloadBytes - bytes, bytes, options.maxPayloadBytes);
   let id: string;
   if (event.id === undefined) id = uuidv7();
   else if (typeof event.id === 'string' && isUuid(event.id)) id = event.id.toLowerCase();
@@ -151,14 +171,15 @@ async function prepareEvent(event: NewEvent<any, string>, at: string, options: R
   }
   const occurredAt = event.occurredAt ?? new Date();
   if (!(occurredAt instanceof Date) || Number.isNaN(occurredAt.getTime())) throw new InvalidEventError(`${at}.occurredAt`, `must be a valid Date, got ${occurredAt instanceof Date ? 'an Invalid Date' : describe(occurredAt)}`);
-  return { id, type, aggregateType, aggregateId, key, destination, payloadJson, headers, occurredAt, version };
+  return { id, type: fields.type, aggregateType: fields.aggregateType, aggregateId: fields.aggregateId, key: fields.key, destination: fields.destination, payloadJson, headers, occurredAt, version };
 }
 
 function requireText(field: string, value: unknown): string {
   if (typeof value !== 'string' || value.length === 0) throw new InvalidEventError(field, `must be a non-empty string, got ${describe(value)}`);
   if (value.length > 1000) throw new InvalidEventError(field, `must be at most 1000 characters, got ${value.length}`);
-  if (value.includes('\u0000')) throw new InvalidEventError(field, 'must not contain a NUL character (\\u0000), which PostgreSQL cannot store');
-  if (LONE_SURROGATE.test(value)) throw new InvalidEventError(field, LONE_SURROGATE_MESSAGE);
+  const problem = textProblem(value);
+  if (problem === 'nul') throw new InvalidEventError(field, 'must not contain a NUL character (\\u0000), which PostgreSQL cannot store');
+  if (problem === 'surrogate') throw new InvalidEventError(field, LONE_SURROGATE_MESSAGE);
   return value;
 }
 
@@ -197,9 +218,10 @@ function checkHeaders(field: string, raw: unknown, room: number, payloadBytes: n
     }
     const at = `${field}.${name}`;
     if (typeof value !== 'string') throw new InvalidEventError(at, `header values must be strings, got ${describe(value)}`);
-    if (value.includes('\u0000')) throw new InvalidEventError(at, 'must not contain a NUL character (\\u0000), which PostgreSQL cannot store');
+    const problem = textProblem(value);
+    if (problem === 'nul') throw new InvalidEventError(at, 'must not contain a NUL character (\\u0000), which PostgreSQL cannot store');
     if (HEADER_VALUE_CONTROL.test(value)) throw new InvalidEventError(at, 'must not contain a control character (line breaks included; tab is allowed); encode the value, e.g. as base64 or JSON');
-    if (LONE_SURROGATE.test(value)) throw new InvalidEventError(at, LONE_SURROGATE_MESSAGE);
+    if (problem === 'surrogate') throw new InvalidEventError(at, LONE_SURROGATE_MESSAGE);
     bytes += name.length + (value.length <= 64 && !/[^\x00-\x7f]/.test(value) ? value.length : encoder.encode(value).length);
     if (bytes > room) throw new PayloadTooLargeError(field, payloadBytes + headerBytes(entries), limit, 'headers');
   }

@@ -30,14 +30,34 @@ export interface PreparedEvent {
   readonly version: number | null;
 }
 
-/** The write side of an outbox table. */
-export interface OutboxStore {
+/**
+ * Why a value passed to `enqueue` cannot take the events: `invalid`, it is
+ * not a transaction of this store at all (InvalidEventError naming `tx`);
+ * `autocommit`, it would write outside a transaction (NotInTransactionError,
+ * unless the outbox allows autocommit).
+ */
+export type TransactionProblem = { readonly kind: 'invalid' | 'autocommit'; readonly message: string };
+
+/**
+ * The write side of an outbox table. `Tx` is the caller's transaction as the
+ * store's database client gives it: `SqlExecutor` (`$n` placeholders) for
+ * PostgreSQL and PGlite; another store names its own (a MySQL connection, a
+ * Firestore transaction), so that `createOutbox` infers it and passing the
+ * wrong client fails at compile time.
+ */
+export interface OutboxStore<Tx = SqlExecutor> {
   /**
-   * Inserts the events with one statement through `executor`, inside whatever
-   * transaction the executor is in. Never begins, commits or rolls back.
+   * Inserts the events with one statement through `tx`, inside whatever
+   * transaction it is in. Never begins, commits or rolls back.
    * Events inserted by one call get increasing outbox order in array order.
    */
-  insert(executor: SqlExecutor, events: readonly PreparedEvent[]): Promise<void>;
+  insert(tx: Tx, events: readonly PreparedEvent[]): Promise<void>;
+  /**
+   * Optional: checks, without a round trip, what the caller passed as `tx`
+   * (reading only what the driver exposes); undefined when it is usable or
+   * the driver does not say. `enqueue` calls it before any validation or SQL.
+   */
+  checkTransaction?(tx: unknown): TransactionProblem | undefined;
 }
 
 /** A bucket lease held by one relay. `token` is the fencing token of this acquisition. */
@@ -132,10 +152,18 @@ export interface RelayStore {
    * `since`: the `wakeups()` count read before the claim that came back
    * empty; when a notification arrived after it, resolves at once, so a
    * commit that landed while the claim ran is not left waiting for the poll.
+   * `buckets`: the buckets the caller claims from (a relay lane's leases); a
+   * store that knows which buckets a notification concerns may wake only the
+   * callers of those buckets (the PostgreSQL WAL wake mode does), and then
+   * counts `since` over them too. Stores that do not: ignore it.
    */
-  waitForEvents(timeoutMs: number, signal: AbortSignal, since?: number): Promise<void>;
-  /** How many notifications this store has received so far (stores without notifications: leave it out). */
-  wakeups?(): number;
+  waitForEvents(timeoutMs: number, signal: AbortSignal, since?: number, buckets?: readonly number[]): Promise<void>;
+  /**
+   * How many notifications this store has received so far (stores without
+   * notifications: leave it out); with `buckets`, those that concern them (as
+   * `waitForEvents` counts them).
+   */
+  wakeups?(buckets?: readonly number[]): number;
   /**
    * Optional: deletes up to `limit` published or skipped rows finished more
    * than `olderThanMs` ago (never pending or parked ones). Returns how many.
@@ -143,8 +171,33 @@ export interface RelayStore {
   prune?(olderThanMs: number, limit: number): Promise<number>;
   /** Optional: how many events are pending and parked (all buckets), for the relay's periodic log summary. */
   backlog?(): Promise<{ readonly pending: number; readonly parked: number }>;
+  /**
+   * Optional: pending, parked and oldest pending age per destination, and the
+   * relays alive, in one cheap statement, for the metrics gauges. The relay
+   * caches it and calls it only when metrics are collected.
+   */
+  outboxGauges?(): Promise<OutboxGauges>;
+  /**
+   * Optional: in a log-based wake mode, the bytes of log this relay's slot
+   * retains past what it confirmed; null when no slot streams now (notify
+   * mode, fallback, starting). Read only when metrics are collected.
+   */
+  wakeSlotLagBytes?(): Promise<number | null>;
   /** Releases connections the store opened itself. */
   close(): Promise<void>;
+}
+
+/** What `RelayStore.outboxGauges` reads. */
+export interface OutboxGauges {
+  readonly destinations: readonly {
+    readonly destination: string;
+    readonly pending: number;
+    readonly parked: number;
+    /** Age of the oldest pending event in seconds, 0 with none pending. */
+    readonly oldestPendingSeconds: number;
+  }[];
+  /** Relays whose heartbeat is current (by their lease TTL, on the database clock). */
+  readonly relaysAlive: number;
 }
 
 /** The outcome of publishing one event. */

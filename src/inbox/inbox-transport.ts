@@ -1,6 +1,7 @@
 import type { OutboxEvent } from '../core/envelope.ts';
 import { TransportError } from '../core/errors.ts';
 import type { PublishOutcome, Transport } from '../core/ports.ts';
+import { UNTRACED_TRANSPORT } from '../core/tracing.ts';
 import type { Inbox } from './inbox.ts';
 
 /**
@@ -12,7 +13,10 @@ import type { Inbox } from './inbox.ts';
 export class InboxTransport implements Transport {
   readonly name = 'inbox';
 
-  constructor(private readonly inbox: Inbox) {}
+  constructor(private readonly inbox: Inbox) {
+    // No publish span: handing an event to the local inbox is no hop; `inbox.process` starts its span from the stored trace context.
+    Object.defineProperty(this, UNTRACED_TRANSPORT, { value: true });
+  }
 
   async publish(events: readonly OutboxEvent[]): Promise<PublishOutcome[]> {
     return Promise.all(

@@ -9,6 +9,10 @@ import { silentLogger } from '../core/logger.ts';
 import type { SqlExecutor } from '../core/ports.ts';
 import { resolveRetryOptions, retryDelay, type ResolvedRetryOptions, type RetryOptions } from '../core/retry.ts';
 import { classifyStoreError, storeErrorText } from '../core/store-errors.ts';
+import { runTraced, settleInboxTrace, startInboxTrace, type ConsumerTrace } from './inbox-tracing.ts';
+import { isMetrics, type Metrics } from '../core/metrics.ts';
+import { defaultMetrics } from '../metrics/otel/otel-metrics.ts';
+import { recordInboxMetrics } from './inbox-metrics.ts';
 
 /** Tries of an event whose inbox row PostgreSQL refuses (a deterministic store error) before it is dead. */
 export const STORE_REFUSAL_ATTEMPTS = 3;
@@ -27,14 +31,14 @@ export class HoldEvent extends TxboxError {
   }
 }
 
-export type InboxHandler<TPayload = unknown, TType extends string = string> = (
+export type InboxHandler<TPayload = unknown, TType extends string = string, Tx = SqlExecutor> = (
   event: OutboxEvent<TPayload, TType>,
-  tx: SqlExecutor,
+  tx: Tx,
 ) => Promise<void> | void;
 
-export interface InboxOptions {
-  /** The inbox table, e.g. `new PostgresInboxStore({ connection })`. Required. */
-  readonly store: InboxStore;
+export interface InboxOptions<Tx = SqlExecutor> {
+  /** The inbox table, e.g. `new PostgresInboxStore({ connection })`. Required. Its transaction type is the handlers' `tx`. */
+  readonly store: InboxStore<Tx>;
   /** This consumer's name: dedup is per consumer, so two services can share a table. Required. */
   readonly consumer: string;
   /** Backoff for failed handlers and attempts before an event is dead. Default: 0.5 s doubling to 5 min, 12 attempts. */
@@ -56,6 +60,14 @@ export interface InboxOptions {
   readonly autoStart?: boolean;
   readonly logger?: Logger;
   /**
+   * Where the inbox's metrics go (src/core/metric-catalogue.ts), labelled with
+   * `consumer`: `prometheusMetrics({ registry })` from `txbox/prometheus`,
+   * `otelMetrics({ meter })`, or `false` for none. Default: OpenTelemetry
+   * through the global MeterProvider when `@opentelemetry/api` is installed
+   * (taken at the first event; a no-op without an SDK), else none.
+   */
+  readonly metrics?: Metrics | false;
+  /**
    * Group commit: `process` calls made at the same time (consumers handle many
    * keys at once) share one transaction of up to `maxSize` events, with up to
    * `concurrency` such transactions at once. If a handler fails, that batch is
@@ -67,12 +79,14 @@ export interface InboxOptions {
 
 interface Pending {
   readonly event: OutboxEvent;
+  /** The event's span, in which its handler runs (undefined when nothing is traced). */
+  readonly trace: ConsumerTrace | undefined;
   resolve(outcome: InboxOutcome): void;
   reject(err: unknown): void;
 }
 
 export interface InboxEvents {
-  processed: { readonly id: string; readonly type: string; readonly durationMs: number };
+  processed: { readonly id: string; readonly type: string; readonly durationMs: number; readonly occurredAt: Date };
   duplicate: { readonly id: string; readonly type: string };
   held: { readonly id: string; readonly type: string; readonly keyHash: string; readonly reason: string };
   failed: { readonly id: string; readonly type: string; readonly attempts: number; readonly dead: boolean; readonly error: string };
@@ -99,13 +113,13 @@ export class InboxEmitter extends TypedEmitter<InboxEvents> {
  * });
  * const outcome = await inbox.process(event); // then ack (or nak with outcome.delayMs)
  */
-export class Inbox {
+export class Inbox<Tx = SqlExecutor> {
   readonly consumer: string;
   /** Lifecycle events for metrics and logs: `inbox.events.on('failed', ...)`. */
   readonly events = new InboxEmitter();
-  readonly #store: InboxStore;
+  readonly #store: InboxStore<Tx>;
   readonly #retry: ResolvedRetryOptions;
-  readonly #handlers = new Map<string, { handler: InboxHandler<any>; definition?: EventDefinition<string, any, any> }>();
+  readonly #handlers = new Map<string, { handler: InboxHandler<any, string, Tx>; definition?: EventDefinition<string, any, any> }>();
   readonly #logger: Logger;
   readonly #redriveMs: number;
   #timer: NodeJS.Timeout | undefined;
@@ -123,7 +137,7 @@ export class Inbox {
   /** Deterministic store refusals per event id (see #refused). */
   readonly #refusals = new Map<string, number>();
 
-  constructor(options: InboxOptions) {
+  constructor(options: InboxOptions<Tx>) {
     if (!options?.store || typeof options.store.runBatch !== 'function') {
       throw new ConfigError('store', 'is required: pass an inbox store such as new PostgresInboxStore({ connection })');
     }
@@ -147,12 +161,17 @@ export class Inbox {
     this.#batchConcurrency = batch.concurrency ?? 2;
     if (!Number.isSafeInteger(this.#batchMax) || this.#batchMax < 1) throw new ConfigError('batch.maxSize', 'must be a positive integer');
     if (!Number.isSafeInteger(this.#batchConcurrency) || this.#batchConcurrency < 1) throw new ConfigError('batch.concurrency', 'must be a positive integer');
+    const metrics = options.metrics;
+    if (metrics !== undefined && metrics !== false && !isMetrics(metrics)) {
+      throw new ConfigError('metrics', 'must be metrics such as prometheusMetrics({ registry }) from txbox/prometheus or otelMetrics(), or false to turn metrics off');
+    }
+    if (metrics !== false) recordInboxMetrics(this.events, this.consumer, () => metrics || defaultMetrics());
   }
 
   /** Registers the handler of one event type (typed by its definition, or by type name). One handler per type. */
-  on<TType extends string, TIn, TOut>(definition: EventDefinition<TType, TIn, TOut>, handler: InboxHandler<TOut, TType>): this;
-  on(type: string, handler: InboxHandler): this;
-  on(what: string | EventDefinition<string, any, any>, handler: InboxHandler<any>): this {
+  on<TType extends string, TIn, TOut>(definition: EventDefinition<TType, TIn, TOut>, handler: InboxHandler<TOut, TType, Tx>): this;
+  on(type: string, handler: InboxHandler<unknown, string, Tx>): this;
+  on(what: string | EventDefinition<string, any, any>, handler: InboxHandler<any, string, Tx>): this {
     const type = typeof what === 'string' ? what : what.type;
     if (this.#handlers.has(type)) throw new ConfigError(`on(${type})`, 'a handler is already registered for this type');
     this.#handlers.set(type, typeof what === 'string' ? { handler } : { handler, definition: what });
@@ -176,9 +195,14 @@ export class Inbox {
     const admitted = this.#admit(received);
     if ('outcome' in admitted) return Promise.resolve(admitted.outcome);
     const event = admitted.event;
-    if (this.#batchMax <= 1) return this.#processAlone(event);
+    const trace = startInboxTrace(event, this.consumer);
+    if (this.#batchMax <= 1) return settleInboxTrace(trace, this.#processAlone(event, trace));
+    return settleInboxTrace(trace, this.#enqueue(event, trace));
+  }
+
+  #enqueue(event: OutboxEvent, trace: ConsumerTrace | undefined): Promise<InboxOutcome> {
     return new Promise((resolve, reject) => {
-      this.#queue.push({ event, resolve, reject });
+      this.#queue.push({ event, trace, resolve, reject });
       if (this.#queue.length >= this.#batchMax) this.#pump();
       else if (!this.#scheduled) {
         this.#scheduled = true;
@@ -228,11 +252,11 @@ export class Inbox {
   async #flush(batch: Pending[]): Promise<void> {
     if (batch.length === 1) {
       const item = batch[0]!;
-      item.resolve(await this.#processAlone(item.event));
+      item.resolve(await this.#processAlone(item.event, item.trace));
       return;
     }
     const started = performance.now();
-    const prepared: { item: Pending; typed: OutboxEvent; handler: InboxHandler<any> }[] = [];
+    const prepared: { item: Pending; typed: OutboxEvent; handler: InboxHandler<any, string, Tx> }[] = [];
     const alone: Pending[] = [];
     for (const item of batch) {
       const entry = this.#handlers.get(item.event.type);
@@ -247,11 +271,14 @@ export class Inbox {
     let result: { ran: boolean[]; heldKeys: string[] } | null = null;
     if (prepared.length > 0) {
       try {
-        const handlerOf = new Map(prepared.map((p) => [p.typed, p.handler]));
+        const byTyped = new Map(prepared.map((p) => [p.typed, p]));
         result = await this.#store.runBatch(
           this.consumer,
           prepared.map((p) => p.typed),
-          (tx, e) => Promise.resolve(handlerOf.get(e)!(e, tx)),
+          (tx, e) => {
+            const p = byTyped.get(e)!;
+            return Promise.resolve(runTraced(p.item.trace, () => p.handler(e, tx)));
+          },
         );
       } catch {
         result = null; // a handler threw or held: redo one by one below
@@ -265,7 +292,7 @@ export class Inbox {
       prepared.forEach((p, i) => {
         const e = p.item.event;
         if (result!.ran[i]) {
-          this.events.fire('processed', { id: e.id, type: e.type, durationMs });
+          this.events.fire('processed', { id: e.id, type: e.type, durationMs, occurredAt: e.occurredAt });
           p.item.resolve({ status: 'processed' });
         } else {
           this.events.fire('duplicate', { id: e.id, type: e.type });
@@ -284,7 +311,7 @@ export class Inbox {
         continue;
       }
       try {
-        const outcome = await this.#processAlone(item.event);
+        const outcome = await this.#processAlone(item.event, item.trace);
         if (outcome.status === 'retry') failedKeys.set(item.event.key, outcome);
         item.resolve(outcome);
       } catch (err) {
@@ -294,8 +321,8 @@ export class Inbox {
     }
   }
 
-  async #processAlone(event: OutboxEvent): Promise<InboxOutcome> {
-    const { outcome, heldKeys } = await this.#processOne(event);
+  async #processAlone(event: OutboxEvent, trace: ConsumerTrace | undefined): Promise<InboxOutcome> {
+    const { outcome, heldKeys } = await this.#processOne(event, false, trace);
     for (const key of heldKeys) await this.#releaseHeldSafely(key);
     return outcome;
   }
@@ -325,7 +352,7 @@ export class Inbox {
    * the missing version looked for held events and found none. `expectHold`
    * (re-running held events) goes to that second kind of run at once.
    */
-  async #processOne(event: OutboxEvent, expectHold = false): Promise<{ outcome: InboxOutcome; heldKeys: string[] }> {
+  async #processOne(event: OutboxEvent, expectHold: boolean, trace: ConsumerTrace | undefined): Promise<{ outcome: InboxOutcome; heldKeys: string[] }> {
     const entry = this.#handlers.get(event.type);
     if (!entry) return { outcome: { status: 'ignored' }, heldKeys: [] };
     const started = performance.now();
@@ -336,7 +363,7 @@ export class Inbox {
         let reason = '';
         const holdReason = (err: unknown): string | null => (err instanceof HoldEvent ? (reason = storableText(err.message)) : null);
         const options = holding ? { holdReason } : undefined;
-        const { ran, heldKeys, held } = await this.#store.runBatch(this.consumer, [typed], (tx, e) => Promise.resolve(entry.handler(e, tx)), options);
+        const { ran, heldKeys, held } = await this.#store.runBatch(this.consumer, [typed], (tx, e) => Promise.resolve(runTraced(trace, () => entry.handler(e, tx))), options);
         if (held?.[0]) {
           this.#refusals.delete(event.id);
           this.events.fire('held', { id: event.id, type: event.type, keyHash: keyHash(event.key), reason });
@@ -346,7 +373,7 @@ export class Inbox {
           this.events.fire('duplicate', { id: event.id, type: event.type });
           return { outcome: { status: 'duplicate' }, heldKeys: [] };
         }
-        this.events.fire('processed', { id: event.id, type: event.type, durationMs: performance.now() - started });
+        this.events.fire('processed', { id: event.id, type: event.type, durationMs: performance.now() - started, occurredAt: event.occurredAt });
         return { outcome: { status: 'processed' }, heldKeys };
       } catch (thrown) {
         const err = thrown instanceof InboxBatchError ? thrown.cause : thrown;
@@ -420,7 +447,11 @@ export class Inbox {
       const held = await this.#store.redrivable(this.consumer, 50, key);
       if (held.length === 0) return;
       for (const e of held) {
-        const { status } = (await this.#processOne(e, true)).outcome;
+        const trace = startInboxTrace(e, this.consumer);
+        const { status } = await settleInboxTrace(
+          trace,
+          this.#processOne(e, true, trace).then((r) => r.outcome),
+        );
         if (status !== 'processed' && status !== 'duplicate' && status !== 'ignored') return;
       }
     }
@@ -487,7 +518,7 @@ export class Inbox {
 
 class InvalidPayload extends Error {}
 
-/** Creates an inbox. See `Inbox`. */
-export function createInbox(options: InboxOptions): Inbox {
+/** Creates an inbox. See `Inbox`. The handlers' `tx` type is inferred from the store. */
+export function createInbox<Tx = SqlExecutor>(options: InboxOptions<Tx>): Inbox<Tx> {
   return new Inbox(options);
 }

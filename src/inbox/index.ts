@@ -3,3 +3,4 @@ export { InboxTransport } from './inbox-transport.ts';
 export { InboxQueue, createInboxWorker, type InboxWorkerOptions, type QueueRefusal } from './inbox-worker.ts';
 export { KeyedDispatcher } from './keyed-dispatcher.ts';
 export { processUntilSettled } from './process-until-settled.ts';
+export * from './consumer/index.ts';

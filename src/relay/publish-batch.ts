@@ -7,6 +7,7 @@ import { untilAborted } from '../core/abort.ts';
 import type { DestinationBreakers } from './destination-breaker.ts';
 import { CallSignal } from './call-signal.ts';
 import { scrubErrorText } from '../core/error-text.ts';
+import { startPublishTrace } from './relay-tracing.ts';
 
 export interface BatchContext {
   readonly routes: readonly ResolvedRoute[];
@@ -25,6 +26,8 @@ export interface BatchContext {
   readonly breakers?: DestinationBreakers;
   /** `left` events of the batch stay pending, unsent or unacked, because their lease ended locally. */
   onLeaseEnded?(left: number): void;
+  /** One transport call ended after `seconds` with `outcomes` (for metrics). */
+  onCall?(transport: Transport, events: readonly StoredEvent[], outcomes: readonly PublishOutcome[], seconds: number): void;
 }
 
 /**
@@ -123,11 +126,15 @@ async function callTransport(transport: Transport, events: StoredEvent[], ctx: B
     return deadline;
   });
   const signal = call.signal;
+  const trace = startPublishTrace(transport, events);
+  const started = performance.now();
+  let outcomes: PublishOutcome[] | undefined;
   try {
-    const outcomes = await untilAborted(transport.publish(events, signal), signal);
+    outcomes = await untilAborted(trace ? trace.run(() => transport.publish(trace.events, signal)) : transport.publish(events, signal), signal);
     if (outcomes.length !== events.length) {
       throw new Error(`transport ${transport.name} returned ${outcomes.length} outcomes for ${events.length} events`);
     }
+    trace?.end(outcomes);
     return outcomes;
   } catch (err) {
     const error =
@@ -136,9 +143,12 @@ async function callTransport(transport: Transport, events: StoredEvent[], ctx: B
         : call.cause === 'lease'
           ? new TransportError('retriable', 'publish aborted: the lease of its bucket ended locally before the ack', { cause: err })
           : toTransportError(err);
-    return events.map(() => ({ ok: false, error }));
+    outcomes = events.map(() => ({ ok: false, error }));
+    trace?.end(outcomes);
+    return outcomes;
   } finally {
     call.dispose();
+    if (outcomes) ctx.onCall?.(transport, events, outcomes, (performance.now() - started) / 1000);
   }
 }
 

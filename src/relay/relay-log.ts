@@ -62,8 +62,8 @@ export class RelayLog {
       this.#parked += e.parked;
       log.debug({ relayId, ...e, durationMs: Math.round(e.durationMs * 10) / 10 }, 'txbox relay batch');
     });
-    source.on('retry', (e) => log.warn(e, 'txbox relay: publish failed, will retry'));
-    source.on('parked', (e) => log.error(e, 'txbox relay: event parked'));
+    source.on('retry', (e) => log.warn({ relayId, ...e }, 'txbox relay: publish failed, will retry'));
+    source.on('parked', (e) => log.error({ relayId, ...e }, 'txbox relay: event parked'));
     source.on('leaseEnded', (e) => log.warn({ relayId, ...e }, 'txbox relay: lease ended locally before the batch was done; events left pending for the next owner'));
     source.on('fenced', (e) => log.warn({ relayId, ...e }, 'txbox relay: lease lost, marks rejected by the fence'));
     source.on('error', (e) => log.error({ relayId, phase: e.phase, err: e.error.message }, 'txbox relay error'));

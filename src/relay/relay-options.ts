@@ -7,6 +7,7 @@ import { leaseMarginMs, maxPublishTimeoutMs } from './lease-keeper.ts';
 import { resolveRoutes, type ResolvedRoute, type RouteOptions } from './routes.ts';
 import { resolveRetryOptions, type ResolvedRetryOptions, type RetryOptions } from '../core/retry.ts';
 import { uuidv7 } from '../core/uuid.ts';
+import { isMetrics, noopMetrics, type Metrics } from '../core/metrics.ts';
 
 export interface RelayOptions {
   /** Where events are claimed and marked, e.g. `new PostgresRelayStore(...)`. Required. */
@@ -77,6 +78,20 @@ export interface RelayOptions {
    * Default: 60000 (one a minute).
    */
   readonly logSummaryIntervalMs?: number;
+  /**
+   * Where the relay's metrics go (src/core/metric-catalogue.ts):
+   * `prometheusMetrics({ registry })` from `txbox/prometheus`, `otelMetrics({ meter })`,
+   * or `false` for none. Default: OpenTelemetry through the global MeterProvider
+   * when `@opentelemetry/api` is installed (a no-op without an SDK; register the
+   * SDK before `start()`), else none.
+   */
+  readonly metrics?: Metrics | false;
+  /**
+   * How long the gauges read from the database (backlog, oldest pending age,
+   * parked, relays alive: one statement) are reused, in ms. They are read only
+   * when metrics are collected. Default: 5000.
+   */
+  readonly metricsCacheMs?: number;
 }
 
 export interface CircuitBreakerOptions {
@@ -120,6 +135,9 @@ export interface ResolvedRelayOptions {
   readonly retention: ResolvedRetentionOptions | false;
   readonly logger: Logger;
   readonly logSummaryIntervalMs: number;
+  /** The metrics given; undefined: the default, resolved at `start()`. */
+  readonly metrics: Metrics | undefined;
+  readonly metricsCacheMs: number;
 }
 
 function int(field: string, value: number | undefined, fallback: number, min: number, max: number): number {
@@ -167,7 +185,18 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     retention: resolveRetention(options.retention),
     logger: options.logger ?? silentLogger,
     logSummaryIntervalMs: int('logSummaryIntervalMs', options.logSummaryIntervalMs, 60_000, 0, 86_400_000),
+    metrics: resolveMetrics(options.metrics),
+    metricsCacheMs: int('metricsCacheMs', options.metricsCacheMs, 5000, 0, 3_600_000),
   });
+}
+
+function resolveMetrics(metrics: Metrics | false | undefined): Metrics | undefined {
+  if (metrics === undefined) return undefined;
+  if (metrics === false) return noopMetrics;
+  if (!isMetrics(metrics)) {
+    throw new ConfigError('metrics', 'must be metrics such as prometheusMetrics({ registry }) from txbox/prometheus or otelMetrics(), or false to turn metrics off');
+  }
+  return metrics;
 }
 
 function resolveCircuitBreaker(c: CircuitBreakerOptions | undefined): ResolvedCircuitBreakerOptions {

@@ -11,6 +11,11 @@ import { publishBatch } from './publish-batch.ts';
 import { RelayLog } from './relay-log.ts';
 import { RateWindow } from './rate-window.ts';
 import { resolveRelayOptions, type RelayOptions, type ResolvedRelayOptions } from './relay-options.ts';
+import { RelayMetrics } from './relay-metrics.ts';
+import { RelayHealth } from './relay-health.ts';
+import { defaultMetrics } from '../metrics/otel/otel-metrics.ts';
+import { noopMetrics } from '../core/metrics.ts';
+import type { HealthReport, HealthSource } from '../core/health.ts';
 
 /** Lifecycle events of a relay; metrics and logs subscribe to them. */
 export interface RelayEvents {
@@ -50,7 +55,7 @@ export interface RelayEvents {
  * await relay.start();
  * process.on('SIGTERM', () => relay.stop());
  */
-export class Relay extends TypedEmitter<RelayEvents> {
+export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
   readonly options: ResolvedRelayOptions;
   readonly #leases: LeaseKeeper;
   readonly #log: RelayLog;
@@ -64,6 +69,8 @@ export class Relay extends TypedEmitter<RelayEvents> {
   #publishedTotal = 0;
   #stopping: Promise<void> | undefined;
   #crashed = false;
+  #metrics: RelayMetrics | undefined;
+  readonly #health = new RelayHealth();
 
   constructor(options: RelayOptions) {
     super();
@@ -112,6 +119,17 @@ export class Relay extends TypedEmitter<RelayEvents> {
         await r.transport.start?.(this.#stopNow.signal);
       }
       await this.#tickLeases();
+      const metrics = this.options.metrics ?? defaultMetrics();
+      // Off (metrics: false, or no OpenTelemetry API installed): no metrics work at all on the hot path.
+      this.#metrics = metrics === noopMetrics ? undefined : new RelayMetrics(metrics, {
+        routes: this.options.routes,
+        store: this.options.store,
+        leasesHeld: () => this.#leases.size,
+        openCircuits: () => this.#breakers.open(),
+        gaugeCacheMs: this.options.metricsCacheMs,
+        onGaugeError: (err) => this.options.logger.warn({ relayId: this.relayId, err: err.message }, 'txbox relay: reading the metrics gauges failed'),
+        onRecordError: (err) => this.options.logger.error({ relayId: this.relayId, err: err.message }, 'txbox relay: recording a metric failed (publishing goes on)'),
+      });
     } catch (err) {
       // Back to idle with nothing left open, so that start() can be called again.
       this.#stopNow.abort();
@@ -162,18 +180,44 @@ export class Relay extends TypedEmitter<RelayEvents> {
     await Promise.allSettled(this.#loops);
     clearTimeout(timer);
     let releasedBuckets = 0;
+    const boundMs = finalStatementMs(this.options.leaseTtlMs);
     try {
-      releasedBuckets = await this.#leases.leave();
+      // Bounded: a database that stopped answering must not hold stop() forever (the leases expire by themselves).
+      releasedBuckets = await untilAborted(this.#leases.leave(), AbortSignal.timeout(boundMs));
     } catch (err) {
-      this.options.logger.warn({ err: (err as Error).message }, 'txbox relay: could not release leases; they expire by themselves');
+      if (isTimeout(err)) {
+        this.options.logger.warn({ relayId: this.relayId, timeoutMs: boundMs }, `txbox relay: releasing the leases (leave) did not answer within ${boundMs} ms; the leases expire by themselves`);
+      } else {
+        this.options.logger.warn({ err: (err as Error).message }, 'txbox relay: could not release leases; they expire by themselves');
+      }
     }
     await this.#closeAll();
     this.emit('stopped', { relayId: this.relayId, releasedBuckets });
   }
 
   async #closeAll(): Promise<void> {
-    await this.options.store.close().catch(() => {});
+    this.#metrics?.close();
+    const boundMs = finalStatementMs(this.options.leaseTtlMs);
+    await untilAborted(this.options.store.close(), AbortSignal.timeout(boundMs)).catch((err: unknown) => {
+      if (isTimeout(err)) this.options.logger.warn({ relayId: this.relayId, timeoutMs: boundMs }, `txbox relay: closing the store did not finish within ${boundMs} ms; stopping without waiting for it`);
+    });
     await Promise.all(this.options.routes.map((r) => r.transport.close().catch(() => {})));
+  }
+
+  /**
+   * Live while running; ready while the database answers, the lease
+   * renewals go through and no destination's circuit is open. Reads only
+   * the relay's own state (no query): cheap enough for every probe.
+   */
+  health(): Promise<HealthReport> {
+    return Promise.resolve(
+      this.#health.report({
+        running: this.#state === 'running' && !this.#crashed,
+        leaseTtlMs: this.options.leaseTtlMs,
+        leasesHeld: this.#leases.size,
+        openCircuits: this.#breakers.open(),
+      }),
+    );
   }
 
   async #tickLeases(): Promise<void> {
@@ -184,7 +228,11 @@ export class Relay extends TypedEmitter<RelayEvents> {
       host: hostname(),
       pid: process.pid,
       circuits: this.#breakers.open(),
+    }).catch((err: unknown) => {
+      this.#health.dbFailed(err);
+      throw err;
     });
+    this.#health.leaseTicked();
     if (change.acquired || change.lost || change.released) this.emit('leases', { ...change, relayId: this.relayId });
   }
 
@@ -238,27 +286,33 @@ export class Relay extends TypedEmitter<RelayEvents> {
         continue;
       }
       let events;
-      const seen = store.wakeups?.();
+      // A lane waits for its own buckets: the WAL wake mode wakes only the lanes of a commit's buckets.
+      const buckets = leases.map((l) => l.bucket);
+      const seen = store.wakeups?.(buckets);
+      const claimStarted = performance.now();
       try {
         events = await store.claim(leases, { limit: batchSize, skipParkedDestinations });
         failures = 0;
+        this.#health.dbOk();
+        this.#metrics?.claimed(events.length, (performance.now() - claimStarted) / 1000);
       } catch (err) {
+        this.#health.dbFailed(err);
         this.emit('error', { phase: 'claim', error: err as Error });
         await sleep(Math.min(5000, 200 * 2 ** failures++), undefined, { signal }).catch(() => {});
         continue;
       }
       if (events.length === 0) {
-        await store.waitForEvents(Math.min(pollIntervalMs, minPollIntervalMs * 2 ** Math.min(idle++, 30)), signal, seen);
+        await store.waitForEvents(Math.min(pollIntervalMs, minPollIntervalMs * 2 ** Math.min(idle++, 30)), signal, seen, buckets);
         // A notification means producers are committing, and not every commit notifies
         // (the outbox store's notifyIntervalMs): poll quickly again.
-        if (store.wakeups?.() !== seen) idle = 0;
+        if (store.wakeups?.(buckets) !== seen) idle = 0;
         continue;
       }
       idle = 0;
       const tokens = new Map(leases.map((l) => [l.bucket, l.token]));
-      const buckets = new Set(events.map((e) => e.bucket));
+      const busy = new Set(events.map((e) => e.bucket));
       const started = performance.now();
-      this.#leases.markBusy(buckets);
+      this.#leases.markBusy(busy);
       this.#inFlight += events.length;
       let leftByLease = 0;
       try {
@@ -275,12 +329,13 @@ export class Relay extends TypedEmitter<RelayEvents> {
           onLeaseEnded: (left) => {
             leftByLease += left;
           },
+          onCall: (transport, called, outcomes, seconds) => this.#metrics?.called(transport, called, outcomes, seconds),
         });
         if (leftByLease > 0) this.emit('leaseEnded', { lane, left: leftByLease });
         await this.#complete(lane, events, completions, started);
       } finally {
         this.#inFlight -= events.length;
-        this.#leases.markIdle(buckets);
+        this.#leases.markIdle(busy);
       }
     }
   }
@@ -302,6 +357,7 @@ export class Relay extends TypedEmitter<RelayEvents> {
         if (event) this.#reportFailure(event, c);
       }
     }
+    this.#metrics?.completed(events, result.completed, result.rejected, (bucket, token) => this.#leases.isValid(bucket, token));
     if (result.completed.length === 0) return;
     const published = result.completed.filter((c) => c.outcome === 'published').length;
     this.#publishedTotal += published;
@@ -328,4 +384,17 @@ export class Relay extends TypedEmitter<RelayEvents> {
 /** Creates a relay. See `Relay`. */
 export function createRelay(options: RelayOptions): Relay {
   return new Relay(options);
+}
+
+/**
+ * How long stop() waits for each of its last database calls (leave, then
+ * closing the store): the lease TTL, at most 5 s. After the TTL the leases
+ * have expired anyway, so waiting longer would gain nothing.
+ */
+export function finalStatementMs(leaseTtlMs: number): number {
+  return Math.min(leaseTtlMs, 5000);
+}
+
+function isTimeout(err: unknown): boolean {
+  return err instanceof Error && err.name === 'TimeoutError';
 }

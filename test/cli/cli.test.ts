@@ -92,7 +92,7 @@ describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {
   it('`<command> --help` works for every command and names its options', async () => {
     const expected: Record<string, string[]> = {
       migrate: ['--print'],
-      relay: ['--transport', '--endpoint', '--secret', '--unsigned', '--batch-size', '--lanes', '--lease-ttl-ms', '--poll-interval-ms', '--max-attempts', '--skip-parked', '--keep-published', '--delete-on-publish', '--relay-id'],
+      relay: ['--transport', '--endpoint', '--secret', '--unsigned', '--batch-size', '--lanes', '--lease-ttl-ms', '--poll-interval-ms', '--max-attempts', '--skip-parked', '--keep-published', '--delete-on-publish', '--breaker-base-delay', '--breaker-max-delay', '--relay-id'],
       status: ['--json'],
       parked: ['list', 'retry', 'skip', 'discard', '--id', '--all', '--destination', '--limit', '--json', '--actor'],
       replay: ['--from', '--to', '--key', '--type', '--destination', '--actor'],
@@ -441,7 +441,7 @@ describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {
     const [pglite, postgres, crashing] = await Promise.all([
       runCli(['demo', '--events', '300'], {}, 90_000),
       runCli(['demo', '--events', '300', '--database-url', DATABASE_URL], {}, 90_000),
-      runCli(['demo', '--events', '400', '--crash-relay-every', '300ms'], {}, 90_000),
+      runCli(['demo', '--events', '400', '--crash-relay-every', '300ms'], {}, 110_000),
     ]);
     for (const [r, what, database] of [
       [pglite, 'demo on PGlite', /PGlite/],

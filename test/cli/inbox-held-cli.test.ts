@@ -39,7 +39,8 @@ describe('txbox inbox held', { timeout: 180_000 }, () => {
 
   it('lists held events with their reason, retries them (audited), and the inbox applies the one whose gap is filled', async () => {
     const store = new PostgresInboxStore({ connection: db.connection, schema: db.schema });
-    const inbox = createInbox({ store, consumer: 'stock' });
+    // autoStart off: the redrive loop it starts (every 5 s) would otherwise race the explicit redrive() below when the CLI is slow.
+    const inbox = createInbox({ store, consumer: 'stock', autoStart: false });
     inbox.on('StockChanged', async (e: OutboxEvent, tx: SqlExecutor) => {
       await applyVersioned(tx, { table: `${db.schema}.stock_view`, id: { sku: e.aggregateId }, version: e.version!, values: { quantity: e.version }, onGap: 'hold' });
     });

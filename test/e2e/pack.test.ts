@@ -6,14 +6,15 @@
  * is warm from the repository's own install; only the registry is reached),
  * and runs the README's quick start from there: `npx txbox migrate`, an
  * enqueue with `pg` and one with Kysely, a relay posting to a receiver that
- * verifies signatures, `npx txbox status`. The app is typechecked with
+ * verifies signatures, `npx txbox status`, and `txbox dashboard` serving its
+ * page and script from the installed files. The app is typechecked with
  * `tsc --strict` on the TypeScript this repository pins and on the oldest one
  * the README claims; every subpath is imported (and required) in an app that
  * has only that subpath's peers; publint and attw check the tarball.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -24,7 +25,7 @@ import { DATABASE_URL, uniqueSchema } from '../helpers/databases.ts';
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const FIXTURE = fileURLToPath(new URL('../fixtures/pack-app/', import.meta.url));
 /** What the build and the pack need from the repository; the rest (tests, benches, .git) stays out of the copy. */
-const PACK_INPUTS = ['package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json', 'src', 'sql', 'docs', 'scripts/pack', 'README.md', 'CHANGELOG.md'];
+const PACK_INPUTS = ['package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json', 'src', 'sql', 'docs', 'scripts/pack', 'ops', 'README.md', 'CHANGELOG.md'];
 /** The oldest TypeScript the README claims for consumers of the emitted types. */
 const OLDEST_TYPESCRIPT = '5.0.4';
 
@@ -40,6 +41,13 @@ const SUBPATHS: Record<string, readonly string[]> = {
   'txbox/rabbitmq': ['amqplib'],
   'txbox/nats': ['@nats-io/transport-node', '@nats-io/jetstream'],
   'txbox/redis': ['ioredis'],
+  'txbox/dashboard': [],
+  'txbox/pubsub': ['@google-cloud/pubsub'],
+  // SnsTransport loads @aws-sdk/client-sns only when it starts: the subpath imports with client-sqs alone.
+  'txbox/sqs': ['@aws-sdk/client-sqs'],
+  'txbox/otel': ['@opentelemetry/api'],
+  'txbox/prometheus': ['prom-client'],
+  'txbox/health': [],
 };
 
 interface Run {
@@ -120,13 +128,14 @@ describe('npm pack: the tarball installs and the quick start runs from it', { ti
     if (work) rmSync(work, { recursive: true, force: true });
   });
 
-  it('ships the built code, the SQL and the docs, and no sources, tests or src paths', () => {
+  it('ships the built code, the SQL, the docs and ops/ (alert rules, dashboard), and no sources, tests or src paths', () => {
     const pkg = join(app, 'node_modules', 'txbox');
     const files = readdirSync(pkg, { recursive: true }).map(String);
-    for (const f of ['dist/index.js', 'dist/index.d.ts', 'dist/cli/main.js', 'sql/postgres/001_outbox.sql', 'README.md', 'CHANGELOG.md', 'docs/guarantees.md']) {
+    for (const f of ['dist/index.js', 'dist/index.d.ts', 'dist/cli/main.js', 'sql/postgres/001_outbox.sql', 'README.md', 'CHANGELOG.md', 'docs/guarantees.md', 'ops/prometheus/txbox-alerts.yml', 'ops/grafana/txbox-dashboard.json']) {
       assert.ok(files.includes(f), `the tarball holds ${f}`);
     }
     assert.deepEqual(files.filter((f) => /^(src|test|bench|scripts)(\/|$)/.test(f)), [], 'no sources, tests, benches or scripts');
+    assert.deepEqual(files.filter((f) => f.startsWith('docs/images')), [], 'no screenshots (docs/images stays in the repository)');
     const manifest = readFileSync(join(pkg, 'package.json'), 'utf8');
     const targets = JSON.stringify((JSON.parse(manifest) as { exports: unknown }).exports);
     assert.doesNotMatch(targets, /src\/|txbox-source/, 'no export condition a user can set leads to src/');
@@ -162,6 +171,34 @@ describe('npm pack: the tarball installs and the quick start runs from it', { ti
     );
     const text = ok(await run('npx', ['--no', 'txbox', 'status'], app, appEnv()), 'npx txbox status');
     assert.match(text.stdout, /pending 0\b/);
+  });
+
+  it('`txbox dashboard` serves its page and its script from the installed package (no build step at run time)', async () => {
+    ok(await run('npx', ['--no', 'txbox', 'migrate'], app, appEnv()), 'npx txbox migrate');
+    const cleanEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('TXBOX_') && !k.startsWith('npm_') && k !== 'NODE_OPTIONS'));
+    const child = spawn(join(app, 'node_modules', '.bin', 'txbox'), ['dashboard', '--no-auth', '--port', '0', '--log-level', 'warn'], { cwd: app, env: { ...cleanEnv, ...appEnv() }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
+    try {
+      const deadline = Date.now() + 60_000;
+      while (!/http:\/\/\S+\//.test(out) && child.exitCode === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+      const url = /(http:\/\/\S+\/)/.exec(out)?.[1] ?? assert.fail(`txbox dashboard did not start:\n${out}\n${err}`);
+      const page = await fetch(url);
+      assert.equal(page.status, 200);
+      const html = await page.text();
+      assert.match(html, /<script type="module" src="assets\/dashboard.js">/);
+      const script = await fetch(new URL('assets/dashboard.js', url));
+      assert.equal(script.status, 200);
+      assert.match(await script.text(), /new EventSource\('api\/events'\)/);
+      const css = await fetch(new URL('assets/dashboard.css', url));
+      assert.equal(css.status, 200);
+    } finally {
+      child.kill('SIGTERM');
+    }
+    assert.equal(await exited, 0, `txbox dashboard exits 0 on SIGTERM:\n${err}`);
   });
 
   it(`typechecks the app with tsc --strict on TypeScript ${OLDEST_TYPESCRIPT}, the oldest the README claims`, async () => {

@@ -73,7 +73,9 @@ describe('per-destination circuit breaker (HTTP, PostgreSQL)', () => {
     const logs: { level: string; obj: Record<string, unknown>; msg: string }[] = [];
     const log = (level: string) => (obj: object, msg?: string) => void logs.push({ level, obj: obj as Record<string, unknown>, msg: msg ?? '' });
     const relay = createRelay({
-      store: new PostgresRelayStore({ schema: db.schema, connection: db.connection }),
+      // The periodic sweep of held rows (30 s by default) off: the rows queued behind billing's deferred heads
+      // must be released by the statement that publishes their head, not by the sweep (they waited 30 s for it).
+      store: new PostgresRelayStore({ schema: db.schema, connection: db.connection, releaseHeldEveryMs: 3_600_000 }),
       transport: new HttpTransport({ endpoints: { orders: `${good.url}/orders`, billing: billing.url }, secret: good.secret, timeoutMs: 5000 }),
       relayId: 'relay-breaker',
       pollIntervalMs: 50,

@@ -1,7 +1,13 @@
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { after, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { ConfigError, TransportError, uuidv7, type OutboxEvent, type PublishOutcome, type TransportErrorKind } from 'txbox';
 import { HttpTransport, createWebhookReceiver, generateWebhookSecret, verifyWebhook, type HttpTransportOptions } from 'txbox/http';
 
@@ -265,6 +271,22 @@ describe('HttpTransport', () => {
     assert.equal(stuck.server.hits.length, 2, 'only maxSockets requests were sent');
   });
 
+  it('never sends a request whose call ended (aborted) while it waited for a connection', async () => {
+    // Two calls share maxSockets 2 connections to a server that never answers: the second call's requests
+    // wait in the pool. The second call is aborted; when the first call's timeout frees the connections, its
+    // requests must not go out.
+    const stuck = await setup(() => {}, { maxSockets: 2, timeoutMs: 400 });
+    const first = stuck.transport.publish([event(), event()], never);
+    await sleep(50);
+    const controller = new AbortController();
+    const second = stuck.transport.publish([event(), event()], controller.signal);
+    setTimeout(() => controller.abort(), 50);
+    for (const o of await second) assert.match(failure(o).message, /aborted/);
+    for (const o of await first) assert.match(failure(o).message, /ETIMEDOUT/);
+    await sleep(300);
+    assert.equal(stuck.server.hits.length, 2, 'only the first call\'s requests were sent');
+  });
+
   it('reports a refused connection and an unknown host as destination-down', async () => {
     const srv = await testServer(() => {});
     await srv.close(); // the port is now free and refuses connections
@@ -296,6 +318,7 @@ describe('HttpTransport', () => {
       else res.writeHead(200).end();
     });
     assert.deepEqual(await transport.publish([event()], never), [{ ok: true }]);
+    await sleep(20); // the connection is idle in the pool, as a stale one is
     assert.deepEqual(await transport.publish([event()], never), [{ ok: true }]);
     assert.equal(server.hits.length, 3);
     assert.equal(server.connections, 2);
@@ -367,6 +390,32 @@ describe('HttpTransport', () => {
     }
     assert.equal(server.hits.length, 100);
     assert.ok(server.connections <= 4, `${server.connections} connections`);
+  });
+
+  it('passes the tls options to https connections: a private CA is trusted with tls.ca, refused without it', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'txbox-http-tls-'));
+    cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
+    // A self-signed certificate for 127.0.0.1, made for this test.
+    execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1', '-subj', '/CN=txbox-test',
+      '-addext', 'subjectAltName=IP:127.0.0.1', '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem')], { stdio: 'ignore' });
+    const cert = readFileSync(join(dir, 'cert.pem'));
+    const server = createHttpsServer({ key: readFileSync(join(dir, 'key.pem')), cert }, (req, res) => {
+      req.resume();
+      req.on('end', () => res.writeHead(204).end());
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    cleanups.push(() => new Promise<void>((resolve) => {
+      server.close(() => resolve());
+      server.closeAllConnections();
+    }));
+    const url = `https://127.0.0.1:${(server.address() as AddressInfo).port}/hooks`;
+    const trusted = new HttpTransport({ endpoints: { orders: url }, allowUnsigned: true, tls: { ca: cert } });
+    const untrusted = new HttpTransport({ endpoints: { orders: url }, allowUnsigned: true });
+    cleanups.push(() => trusted.close(), () => untrusted.close());
+    assert.deepEqual(await trusted.publish([event()], never), [{ ok: true }]);
+    const error = failure((await untrusted.publish([event()], never))[0]);
+    assert.equal(error.kind, 'retriable');
+    assert.match(error.message, /^(DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT_IN_CHAIN|UNABLE_TO_VERIFY_LEAF_SIGNATURE): POST https:\/\/127\.0\.0\.1:\d+\/hooks failed/);
   });
 
   it('close() waits for in-flight publishes, then refuses until start()', async () => {

@@ -62,7 +62,7 @@ for (const kind of BACKENDS) {
 
     it('a failing handler rolls back its writes, retries with backoff, then goes dead while other keys flow; an operator retry runs it again', async () => {
       let broken = true;
-      const inbox = createInbox({ store, consumer: 'poison', retry: { baseDelayMs: 10, maxDelayMs: 100, maxAttempts: 3 } });
+      const inbox = createInbox({ store, consumer: 'poison', retry: { baseDelayMs: 10, maxDelayMs: 100, maxAttempts: 3 }, autoStart: false }); // the test runs redrive() itself
       inbox.on(StockChanged, async (event, tx) => {
         await tx.query(`INSERT INTO "${db.schema}".effects (event_id, note) VALUES ($1, 'poison')`, [event.id]);
         if (broken && event.aggregateId === 'poison') throw new Error('cannot reserve stock');

@@ -173,7 +173,7 @@ runTransportConformance({
     misconfigured(destinations) {
       const options = { destinations: Object.fromEntries(destinations.map((d) => [d, { exchange: d }])), connectTimeoutMs: 5000 };
       return [
-        { transport: new RabbitMqTransport({ ...options, url: 'amqp://guest:guest@127.0.0.1:1' }), setting: /^url: cannot connect to RabbitMQ at amqp:\/\/127\.0\.0\.1:1\// },
+        { transport: new RabbitMqTransport({ ...options, url: 'amqp://guest:guest@127.0.0.1:1' }), setting: /url: cannot connect to RabbitMQ at amqp:\/\/127\.0\.0\.1:1\// },
         { transport: new RabbitMqTransport({ ...options, url: 'amqp://guest:wrong@127.0.0.1:5672' }), setting: /^url: .*refused the login of user "guest"/ },
       ];
     },

@@ -103,7 +103,7 @@ runTransportConformance({
     },
     misconfigured() {
       return [
-        { transport: new RedisTransport({ url: 'redis://127.0.0.1:1', streamPrefix: prefix, connectTimeoutMs: 2000 }), setting: /^url: .*127\.0\.0\.1:1\b/ },
+        { transport: new RedisTransport({ url: 'redis://127.0.0.1:1', streamPrefix: prefix, connectTimeoutMs: 2000 }), setting: /url: .*127\.0\.0\.1:1\b/ },
         { transport: new RedisTransport({ url: 'redis://:hunter2@127.0.0.1:6379', streamPrefix: prefix }), setting: /^url: a password is configured/ },
         { transport: new RedisTransport({ url: 'redis://nobody-here:hunter2@127.0.0.1:6379', streamPrefix: prefix }), setting: /^url: .*"nobody-here" \(WRONGPASS\)/ },
         { transport: new RedisTransport({ url: REDIS_URL, username: 'nobody-here', password: 'hunter2', streamPrefix: prefix }), setting: /^username: .*WRONGPASS/ },

@@ -100,7 +100,8 @@ describe('RedisTransport on a real Redis', () => {
       const entries = await admin.xrange(`${prefix}fields`, '-', '+');
       assert.equal(entries.length, 2);
       const fieldNames = entries[0]![1].filter((_, i) => i % 2 === 0);
-      assert.deepEqual(fieldNames, ['id', 'type', 'aggregateType', 'aggregateId', 'key', 'version', 'occurredAt', 'headers', 'payload']);
+      // The trace context also travels as a field of its own.
+      assert.deepEqual(fieldNames, ['id', 'type', 'aggregateType', 'aggregateId', 'key', 'version', 'occurredAt', 'headers', 'payload', 'traceparent']);
       assert.ok(!entries[1]![1].includes('version'), 'a null version is left out');
       for (const [i, original] of [a, b].entries()) {
         const parsed = parseStreamEntry(entries[i]![1], 'fields');

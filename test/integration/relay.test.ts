@@ -1,8 +1,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createOutbox, createRelay, defineEvent, payloadType, TransportError, type Outbox } from 'txbox';
-import { pgConnection, PostgresOutboxStore, PostgresRelayStore } from 'txbox/postgres';
+import { dropPublication, pgConnection, PostgresOutboxStore, PostgresRelayStore, type PostgresConnection } from 'txbox/postgres';
 import { RecordingTransport, checkDeliveries } from 'txbox/testing';
+import { postgresNames } from 'txbox/postgres';
 import { BACKENDS, DATABASE_URL, openDb, type TestDb } from '../helpers/databases.ts';
 import { waitFor } from '../helpers/wait.ts';
 
@@ -14,13 +15,22 @@ const OrderCreated = defineEvent({
 });
 const Poison = defineEvent({ type: 'Poison', aggregateType: 'Order', destination: 'poison', payload: payloadType<{ n: number }>() });
 
+/** The backends, and PostgreSQL in the WAL wake mode (producers without NOTIFY). */
+const KINDS = [...BACKENDS, 'postgres-wal'] as const;
+type Kind = (typeof KINDS)[number];
+let wake: 'notify' | 'wal' = 'notify';
+
 function setup(db: TestDb): Outbox {
-  return createOutbox({ store: new PostgresOutboxStore({ schema: db.schema }), events: [OrderCreated, Poison] });
+  return createOutbox({ store: new PostgresOutboxStore({ schema: db.schema, notify: wake === 'notify' }), events: [OrderCreated, Poison] });
+}
+
+function storeFor(db: TestDb, connection: PostgresConnection = db.connection): PostgresRelayStore {
+  return new PostgresRelayStore({ schema: db.schema, connection, wake });
 }
 
 function relayFor(db: TestDb, transport: RecordingTransport, extra: Partial<Parameters<typeof createRelay>[0]> = {}) {
   return createRelay({
-    store: new PostgresRelayStore({ schema: db.schema, connection: db.connection }),
+    store: storeFor(db),
     transport,
     pollIntervalMs: 50,
     leaseTtlMs: 3000,
@@ -45,13 +55,16 @@ async function produce(db: TestDb, outbox: Outbox, keys: number, perKey: number)
   return committed;
 }
 
-for (const kind of BACKENDS) {
-  describe(`relay on ${kind}`, () => {
+for (const variant of KINDS) {
+  describe(`relay on ${variant}`, () => {
+    const kind: Exclude<Kind, 'postgres-wal'> = variant === 'postgres-wal' ? 'postgres' : variant;
     let db: TestDb;
     before(async () => {
+      wake = variant === 'postgres-wal' ? 'wal' : 'notify';
       db = await openDb(kind);
     });
     after(async () => {
+      if (variant === 'postgres-wal') await dropPublication(db.connection, postgresNames({ schema: db.schema }));
       await db.close();
     });
 
@@ -160,7 +173,7 @@ for (const kind of BACKENDS) {
       const healthy = new RecordingTransport();
       const flaky = new RecordingTransport({ fail: (_e, attempt) => (attempt <= 2 ? new TransportError('retriable', 'broker down') : undefined) });
       const relay = createRelay({
-        store: new PostgresRelayStore({ schema: db.schema, connection: db.connection }),
+        store: storeFor(db),
         routes: [
           { name: 'http', transport: healthy },
           { name: 'kafka', transport: flaky, destinations: ['orders'] },
@@ -187,7 +200,7 @@ for (const kind of BACKENDS) {
       const outbox = setup(db);
       await db.transaction((tx) => outbox.enqueue(tx, Poison({ aggregateId: 9, payload: { n: 0 } })));
       const relay = createRelay({
-        store: new PostgresRelayStore({ schema: db.schema, connection: db.connection }),
+        store: storeFor(db),
         routes: [{ name: 'orders-only', transport: new RecordingTransport(), destinations: ['orders'] }],
         pollIntervalMs: 50,
       });
@@ -219,9 +232,10 @@ for (const kind of BACKENDS) {
     it('a notification that lands while a lane claims wakes that lane at once, not at the next poll', async () => {
       await db.query(`TRUNCATE "${db.schema}".outbox`);
       const outbox = setup(db);
-      const store = new PostgresRelayStore({ schema: db.schema, connection: db.connection });
+      const store = storeFor(db);
       const signal = new AbortController().signal;
-      await store.waitForEvents(1, signal); // starts LISTEN
+      await store.waitForEvents(1, signal); // starts LISTEN (or the WAL stream)
+      if (wake === 'wal') await waitFor('streaming', async () => (await store.wakeStatus()).mode === 'wal');
       const seen = store.wakeups();
       // The claim that read `seen` runs here and finds nothing; then a producer commits and notifies.
       await produce(db, outbox, 1, 1);
@@ -229,6 +243,7 @@ for (const kind of BACKENDS) {
       const started = Date.now();
       await store.waitForEvents(60_000, signal, seen);
       assert.ok(Date.now() - started < 5_000, 'returned without waiting for the poll interval');
+      await store.close();
     });
 
     it('stores every envelope field of a multi-event enqueue exactly as a single-event enqueue does, in call order', async () => {
@@ -306,7 +321,7 @@ for (const kind of BACKENDS) {
       // On PostgreSQL the relay gets its own pool, so that its claims never queue behind the producer's transactions.
       const connection = kind === 'postgres' ? pgConnection({ connectionString: DATABASE_URL, maxConnections: 4 }) : db.connection;
       const relay = createRelay({
-        store: new SlowClaims({ schema: db.schema, connection }),
+        store: new SlowClaims({ schema: db.schema, connection, wake }),
         transport,
         lanes: 2,
         pollIntervalMs: 600_000,

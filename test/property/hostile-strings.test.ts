@@ -17,10 +17,12 @@ import { PostgresOutboxStore, PostgresRelayStore } from 'txbox/postgres';
 import { RecordingTransport } from 'txbox/testing';
 import { parseEnvelope } from 'txbox/http';
 import { encodeStreamFields, parseStreamEntry } from 'txbox/redis';
+import { decodeSqsMessage, encodeSqsMessage } from 'txbox/sqs';
 import { parseNatsMessage } from 'txbox/nats';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { parseKafkaMessage } from 'txbox/kafka';
 import { decodeRabbitMqMessage, encodeRabbitMqMessage } from 'txbox/rabbitmq';
+import { buildPubSubMessage, parsePubSubMessage } from 'txbox/pubsub';
 import { buildKafkaRecord } from '../../src/transports/kafka/kafka-message.ts';
 import { buildMessage } from '../../src/transports/nats/nats-message.ts';
 import { openDb, type TestDb } from '../helpers/databases.ts';
@@ -154,6 +156,20 @@ describe('hostile strings', { timeout: 300_000 }, () => {
         return built.ok ? built.record : built;
       },
       parse: (wire) => parseKafkaMessage(wire as Parameters<typeof parseKafkaMessage>[0], 'orders'),
+    },
+    sqs: {
+      encode: (e) => {
+        const m = encodeSqsMessage(e, true);
+        return { MessageId: 'm', Body: m.body, MessageAttributes: m.attributes };
+      },
+      parse: (wire) => decodeSqsMessage(wire as Parameters<typeof decodeSqsMessage>[0], 'orders'),
+    },
+    pubsub: {
+      encode: (e) => {
+        const built = buildPubSubMessage(e);
+        return built.ok ? built.message : built;
+      },
+      parse: (wire) => parsePubSubMessage(wire as Parameters<typeof parsePubSubMessage>[0], 'orders'),
     },
     rabbitmq: {
       encode: (e) => {

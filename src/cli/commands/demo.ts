@@ -14,6 +14,12 @@ const SINKS: Record<string, (url: string | undefined) => Promise<DemoSink>> = {
   nats: async (url) => new (await importOptional('the nats demo', () => import('../demo/nats-sink.ts'))).NatsDemoSink(url ? { servers: url } : {}),
   rabbitmq: async (url) => new (await importOptional('the rabbitmq demo', () => import('../demo/rabbitmq-sink.ts'))).RabbitMqDemoSink(url),
   redis: async (url) => new (await importOptional('the redis demo', () => import('../demo/redis-sink.ts'))).RedisDemoSink(url ?? 'redis://127.0.0.1:6379'),
+  // The emulators: Pub/Sub's address also from PUBSUB_EMULATOR_HOST (as Google's client reads it), SQS's an endpoint URL.
+  pubsub: async (url) => {
+    const { PubSubDemoSink, pubsubEmulatorAddress } = await import('../demo/pubsub-sink.ts');
+    return new PubSubDemoSink(pubsubEmulatorAddress(url, process.env));
+  },
+  sqs: async (url) => new (await import('../demo/sqs-sink.ts')).SqsDemoSink(url ? { endpoint: url } : {}),
 };
 
 export const demoCommand: Command = {
@@ -37,8 +43,11 @@ Options:
   --crash-relay-every DUR  abort the relay this often (e.g. 300ms, 2s), as a crash would, and start a new one
   --database-url URL       run the same demo on PostgreSQL (a temporary schema, dropped after)
   --transport TYPE         where the relay publishes: http (default, in-process receiver),
-                           kafka, rabbitmq, nats or redis (a real broker, read back to verify)
-  --transport-url ADDRESS  the broker's address (default: its usual port on 127.0.0.1)`,
+                           kafka, rabbitmq, nats or redis (a real broker, read back to verify),
+                           pubsub or sqs (an emulator: Google's Pub/Sub emulator, ElasticMQ)
+  --transport-url ADDRESS  the broker's address (default: its usual port on 127.0.0.1); pubsub:
+                           the emulator's host:port (default PUBSUB_EMULATOR_HOST, else
+                           127.0.0.1:8085); sqs: the endpoint URL (default http://127.0.0.1:9324)`,
   options: {
     events: { type: 'string' },
     writers: { type: 'string' },

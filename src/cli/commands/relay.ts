@@ -7,6 +7,8 @@ import { parseDuration } from '../../core/duration.ts';
 import { createRelay } from '../../relay/relay.ts';
 import { defaultRelayId } from '../../relay/relay-options.ts';
 import { PostgresRelayStore } from '../../stores/postgres/postgres-relay-store.ts';
+import { walProblems } from '../../stores/postgres/postgres-wal.ts';
+import { prepareMetrics, startMetricsServer, METRICS_HELP, METRICS_OPTIONS, metricsFlags } from '../metrics-server.ts';
 
 /** `--keep-published` when not given: 24h. */
 const DEFAULT_KEEP_PUBLISHED_MS = 24 * 3_600_000;
@@ -39,14 +41,24 @@ Options:
   --lanes N                 concurrent claim loops (default 2)
   --lease-ttl-ms MS         bucket lease length (default 30000)
   --poll-interval-ms MS     idle poll interval; LISTEN/NOTIFY wakes sooner (default 1000)
+  --wake MODE               notify (LISTEN/NOTIFY and polling, the default) or wal: follow the
+                            outbox's inserts through a temporary logical replication slot
+                            (needs wal_level=logical and REPLICATION; producers need no NOTIFY;
+                            falls back to notify with a warning; docs/wal.md)
   --max-attempts N          attempts before an event is parked (default 12)
   --skip-parked D1,D2       destinations whose parked events do not hold their key
   --keep-published DUR      retention of published rows, e.g. 24h, 7d, or off (default 24h)
   --delete-on-publish       delete rows when published (no replay; no retention needed)
+  --breaker-base-delay DUR  destination circuit breaker: pause after a destination is first seen
+                            down, before one probe event goes out; doubles after each failed
+                            probe, e.g. 500ms, 2s (default 1s; or TXBOX_BREAKER_BASE_DELAY)
+  --breaker-max-delay DUR   longest pause between probes, e.g. 30s, 5m (default 1m, at least the
+                            base delay; or TXBOX_BREAKER_MAX_DELAY)
   --relay-id ID             name in leases and status (default host-pid-random)
   --log-summary-interval DUR  how often the info summary line is logged (published, rate,
                             backlog, parked, leases held), e.g. 30s, 5m, or off (default 1m).
-                            --log-level debug also logs one line per batch`,
+                            --log-level debug also logs one line per batch
+${METRICS_HELP}`,
   options: {
     transport: { type: 'string' },
     'transport-url': { type: 'string' },
@@ -57,24 +69,42 @@ Options:
     lanes: { type: 'string' },
     'lease-ttl-ms': { type: 'string' },
     'poll-interval-ms': { type: 'string' },
+    wake: { type: 'string' },
     'max-attempts': { type: 'string' },
     'skip-parked': { type: 'string' },
     'keep-published': { type: 'string' },
     'delete-on-publish': { type: 'boolean' },
+    'breaker-base-delay': { type: 'string' },
+    'breaker-max-delay': { type: 'string' },
     'relay-id': { type: 'string' },
     'log-summary-interval': { type: 'string' },
+    ...METRICS_OPTIONS,
   },
   async run({ flags, config, logger, signal, out }) {
+    const served = metricsFlags(flags);
+    const metrics = served ? await prepareMetrics() : undefined;
     const transport = await createTransport(config.transport, logger);
     // Named before the database opens: its connections carry `txbox relay <relay id>` in pg_stat_activity.
     const relayId = typeof flags['relay-id'] === 'string' ? flags['relay-id'] : defaultRelayId();
     // A bad id is reported by createRelay below, naming --relay-id; the connections then just say `txbox relay`.
     const db = await openDatabase(config, logger, true, /^[\w.:@-]{1,120}$/.test(relayId) ? `txbox relay ${relayId}` : 'txbox relay');
     const r = config.relay;
+    if (r.wake === 'wal') {
+      // Said once at start, in the operator's terms; the store then falls back to notify and polling.
+      const problems = await walProblems(db.connection).catch((err: Error) => [`could not check: ${err.message}`]);
+      for (const p of problems) logger.warn({ problem: p }, 'txbox relay: --wake wal is not available; waking by LISTEN/NOTIFY and polling instead');
+    }
     let relay;
     try {
       relay = createRelay({
-        store: new PostgresRelayStore({ schema: config.schema, table: config.table, connection: db.connection, deleteOnPublish: r.deleteOnPublish ?? false }),
+        store: new PostgresRelayStore({
+          schema: config.schema,
+          table: config.table,
+          connection: db.connection,
+          deleteOnPublish: r.deleteOnPublish ?? false,
+          wake: r.wake ?? 'notify',
+          logger,
+        }),
         transport,
         logger,
         relayId,
@@ -85,7 +115,9 @@ Options:
         ...(r.pollIntervalMs !== undefined ? { pollIntervalMs: r.pollIntervalMs } : {}),
         ...(r.maxAttempts !== undefined ? { retry: { maxAttempts: r.maxAttempts } } : {}),
         ...(r.skipParkedDestinations ? { skipParkedDestinations: r.skipParkedDestinations } : {}),
+        ...circuitBreaker(r.breakerBaseDelayMs, r.breakerMaxDelayMs),
         retention: r.deleteOnPublish || r.keepPublishedMs === false ? false : { keepPublishedMs: r.keepPublishedMs ?? DEFAULT_KEEP_PUBLISHED_MS },
+        ...(metrics ? { metrics: metrics.metrics } : {}),
       });
     } catch (err) {
       await db.connection.close();
@@ -100,16 +132,31 @@ Options:
       if (err instanceof ConfigError) throw new CliError(`transport.${err.field}: ${err.message.slice(err.field.length + 2)}`);
       throw err;
     }
+    let server;
+    try {
+      server = served && metrics ? await startMetricsServer(served, metrics, { relay }, logger) : undefined;
+    } catch (err) {
+      await relay.stop().catch(() => {});
+      await db.connection.close();
+      throw err;
+    }
     // One line on stdout when ready (leases taken, transport connected): scripts wait for it instead of sleeping.
     out(`txbox relay ready: relay=${relay.relayId} buckets=${relay.heldBuckets} transport=${config.transport?.type ?? 'none'}`);
     if (signal.aborted) logger.info({}, 'txbox relay: signal received during start');
     if (!signal.aborted) await new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
     logger.info({ relayId: relay.relayId }, 'txbox relay: stopping (signal received)');
     await relay.stop();
+    await server?.close();
     await db.connection.close();
     return 0;
   },
 };
+
+/** The destination circuit breaker's settings given; the library fills the rest (and checks max >= base, naming the field). */
+function circuitBreaker(baseDelayMs: number | undefined, maxDelayMs: number | undefined): { circuitBreaker?: { baseDelayMs?: number; maxDelayMs?: number } } {
+  if (baseDelayMs === undefined && maxDelayMs === undefined) return {};
+  return { circuitBreaker: { ...(baseDelayMs !== undefined ? { baseDelayMs } : {}), ...(maxDelayMs !== undefined ? { maxDelayMs } : {}) } };
+}
 
 /** `--log-summary-interval`: a duration, or off. */
 function logSummary(flag: unknown): { logSummaryIntervalMs?: number } {

@@ -1,6 +1,8 @@
 import type { Command } from '../command.ts';
 import { openDatabase } from '../database.ts';
 import { fmt } from '../progress.ts';
+import { renderSlots } from './wal.ts';
+import { walSlots } from '../../stores/postgres/postgres-wal.ts';
 import { PostgresAdmin, type DestinationCircuit, type DestinationStatus, type OutboxStatus, type RelayStatus } from '../../stores/postgres/postgres-admin.ts';
 
 export const statusCommand: Command = {
@@ -16,7 +18,8 @@ key (txbox parked retry/skip/discard frees them). A relay is alive while its
 heartbeat is younger than its lease TTL, expired after that (killed, hung or
 cut off from the database; its leases have expired too), left once it stopped
 cleanly. Expired and left relays stay listed for 24 hours. "in flight" sums
-alive relays only.
+alive relays only. Relays in the WAL wake mode add their replication slots
+with their lag (the WAL each keeps, and when its relay last confirmed).
 
 Exit code 0 when the database answered, whatever the backlog.`,
   options: { json: { type: 'boolean' } },
@@ -26,7 +29,13 @@ Exit code 0 when the database answered, whatever the backlog.`,
       const admin = new PostgresAdmin(db.connection, { schema: config.schema, table: config.table });
       const status = await admin.status();
       const circuits = await admin.circuits();
-      out(flags.json ? JSON.stringify({ ...status, circuits }, null, 2) : `${renderStatus(db.names.outbox, status)}\n${renderCircuits(circuits)}`);
+      // Slots are listed only for databases that have them (pg_replication_slots is readable by all).
+      const slots = await walSlots(db.connection, db.names).catch(() => []);
+      out(
+        flags.json
+          ? JSON.stringify({ ...status, circuits, slots }, null, 2)
+          : `${renderStatus(db.names.outbox, status)}\n${renderCircuits(circuits)}${slots.length > 0 ? `\n${renderSlots(slots)}` : ''}`,
+      );
       return 0;
     } finally {
       await db.connection.close();

@@ -15,7 +15,7 @@ transaction open 0.5-3 s, keys are skewed: a few hot, a long tail) while 3
 paused with SIGSTOP past their lease and resumed, and have their database
 sessions terminated (pg_terminate_backend). An independent observer reads
 what arrived (HTTP: a receiver verifying every signature; brokers: a reader
-of this run's topic, stream, subject or exchange). The summary counts
+of this run's topic, stream, subject, exchange, subscription or queue). The summary counts
 committed, delivered, lost, phantom, duplicates, per-key order violations
 (first deliveries) and the recovery time after each kill. Exit code 1 on any
 loss, phantom, reorder or signature failure. See docs/torture.md.
@@ -24,8 +24,11 @@ Options:
   --database-url URL     PostgreSQL (or TXBOX_DATABASE_URL); without it, embedded PGlite with
                          relays in this process, killed with relay.abort() (no pauses, no
                          terminated sessions, no long transactions)
-  --transport TYPE       http (default), nats, redis, kafka or rabbitmq
-  --transport-url ADDR   the broker's address (default: its usual port on 127.0.0.1)
+  --transport TYPE       http (default), nats, redis, kafka, rabbitmq, pubsub (Google's Pub/Sub
+                         emulator) or sqs (an SQS emulator such as ElasticMQ)
+  --transport-url ADDR   the broker's address (default: its usual port on 127.0.0.1); pubsub: the
+                         emulator's host:port (default PUBSUB_EMULATOR_HOST, else 127.0.0.1:8085);
+                         sqs: the endpoint URL (default http://127.0.0.1:9324)
   --events N             events to commit (default 20000)
   --keys N               distinct keys, Zipf-skewed (default 500)
   --kills N              relay kills, at least (default 20); pauses are kills/10, terminated
@@ -38,7 +41,7 @@ Options:
   --inbox                the receiving side is consumer processes (txbox's consumer, an inbox and
                          a version-guarded projection) killed at random mid-handler; checks every
                          committed event applied exactly once and every key's projection at its
-                         last committed version (http, redis, nats; PostgreSQL only)
+                         last committed version (every transport; PostgreSQL only)
   --consumers N          consumer processes with --inbox (default 2)
   --lease-ttl DUR        the relays' lease (default 2s)
   --drain-timeout DUR    how long to wait for the last deliveries (default 2m)
@@ -65,7 +68,7 @@ Options:
   async run({ flags, config, out, signal }) {
     const options = resolveTortureOptions(flags, config.databaseUrl);
     const progress = new Progress(process.stderr, 2000);
-    const report = await runTorture(options, { onProgress: (line) => progress.update(line), signal });
+    const report = await runTorture(options, { onProgress: (line) => progress.update(line), onStart: (line) => progress.update(line, true), signal });
     progress.done();
     out(renderTortureReport(report));
     if (report.interrupted) {
@@ -88,6 +91,7 @@ Options:
 /** The reasons a run fails; empty when it passed. */
 export function tortureFailures(r: TortureReport): string[] {
   const f: string[] = [];
+  if (r.faultError !== null) f.push(`the fault loop failed, so the run stopped early: ${r.faultError}`);
   if (r.lost > 0) f.push(`${r.lost} committed events never arrived`);
   if (r.phantom > 0) f.push(`${r.phantom} deliveries of events that never committed`);
   if (r.orderViolations > 0) f.push(`${r.orderViolations} per-key order violations`);
@@ -121,15 +125,17 @@ export function renderTortureReport(r: TortureReport): string {
     `  order violations    ${mark(r.orderViolations)}   (per key, first deliveries)`,
     `  signature failures  ${mark(r.signatureFailures)}`,
     `  unreadable          ${mark(r.unreadable)}`,
+    ...(r.observerReconnects > 0 ? [`  observer            reconnected ${r.observerReconnects} times (what it had not acked was read again)`] : []),
     `  faults              ${r.kills} relay kills (SIGKILL${r.relays.includes('PGlite') ? ' = abort()' : ''}), ${r.pauses} pauses past the lease (SIGSTOP/SIGCONT), ${r.terminations} session terminations (${r.terminatedSessions} sessions)`,
     `  recovery after kill p50 ${ms(r.recovery.p50)}, max ${ms(r.recovery.max)} (${r.recovery.measured} of ${r.kills} kills measured: until live relays leased all the killed relay's buckets)`,
     `  relays              ${r.unexpectedRelayExits} exited by themselves; ${r.relaysNotStopping.length} did not stop on SIGTERM`,
+    ...(r.faultError === null ? [] : [`  fault loop          FAILED: ${r.faultError}`]),
     `  outbox at the end   ${states}`,
   ];
   if (r.inbox) {
     const i = r.inbox;
     lines.push(
-      `  inbox consumers     ${i.consumerKills} killed (mid-handler or between commit and ack), ${i.consumerRestarts} restarts`,
+      `  inbox consumers     ${i.consumerKills} killed (mid-handler or between commit and ack), ${i.consumerRestarts} restarts, ${i.consumerCrashes} exited by themselves`,
       `    applied           ${fmt(i.appliedUnique)} unique; missing ${mark(i.missing)}; phantom ${mark(i.phantom)}`,
       `    applied twice     ${mark(i.duplicateApplies)}`,
       `    version order     ${mark(i.orderViolations)}`,

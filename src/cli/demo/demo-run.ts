@@ -63,11 +63,17 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
       createRelay({
         store: new PostgresRelayStore({ schema, connection: db }),
         transport: o.sink.transport(),
-        // A crashed relay's buckets free up after the lease: keep it well under the crash interval.
-        leaseTtlMs: o.crashEveryMs > 0 ? Math.max(500, Math.min(2000, Math.floor(o.crashEveryMs / 2))) : 2000,
+        // 2 s even under frequent crashes: with a shorter lease (it was half the crash interval, at least
+        // 500 ms) the publish timeout (the lease minus its margin) ran out on a loaded machine before a
+        // wave's handlers answered, so relays re-sent the same events and marked none (all duplicates, no
+        // progress) even after the crashes stopped. A crashed relay's buckets are taken over when its
+        // lease runs out, by whichever relay lives then.
+        leaseTtlMs: 2000,
         pollIntervalMs: 100,
-        // Small batches under frequent crashes: a relay must live long enough to finish one.
-        batchSize: o.crashEveryMs > 0 ? 25 : 200,
+        // Small batches under frequent crashes: a relay must live long enough to finish one, and a wave's
+        // handlers (the in-process receiver answers after the inventory inbox committed, on the same
+        // database) must fit in the publish timeout (the lease's 1.6 s) on a loaded machine.
+        batchSize: o.crashEveryMs > 0 ? 5 : 200,
         retry: { baseDelayMs: 50, maxDelayMs: 1000 },
       });
     relay = newRelay();

@@ -14,11 +14,16 @@ export interface RelayTransportConfig {
   readonly [option: string]: unknown;
 }
 
+/** A header naming the sender (the relay), which `txbox torture` sets per relay process over HTTP; the HTTP sink records it with each arrival. */
+export const SENDER_HEADER = 'x-txbox-torture-relay';
+
 /** One event as it reached the downstream side. `at` is performance.now() in this process. */
 export interface Arrival {
   readonly id: string;
   readonly key: string;
   readonly at: number;
+  /** Who sent it, when the sender says so (`txbox torture` over HTTP: the relay's id, in an `x-txbox-torture-relay` header). */
+  readonly from?: string;
 }
 
 /**

@@ -1,6 +1,6 @@
 import type { Transport } from '../../core/ports.ts';
 import { HttpTransport, createWebhookReceiver, generateWebhookSecret } from '../../transports/http/index.ts';
-import type { DemoSink, Arrival, Deliver, RelayTransportConfig } from './demo-sink.ts';
+import { SENDER_HEADER, type DemoSink, type Arrival, type Deliver, type RelayTransportConfig } from './demo-sink.ts';
 import type { Logger } from '../../core/logger.ts';
 
 /** The embedded demo's downstream service: an HTTP receiver in this process that verifies signatures. */
@@ -19,8 +19,9 @@ export class HttpDemoSink implements DemoSink {
     const handler = createWebhookReceiver({
       secret: this.#secret,
       logger: this.#counter,
-      onEvent: async (event) => {
-        this.arrivals.push({ id: event.id, key: event.key, at: performance.now() });
+      onEvent: async (event, ctx) => {
+        const from = ctx.headers[SENDER_HEADER];
+        this.arrivals.push({ id: event.id, key: event.key, at: performance.now(), ...(typeof from === 'string' ? { from } : {}) });
         await deliver(event); // the answer (the ack) waits for the inbox commit
       },
     });

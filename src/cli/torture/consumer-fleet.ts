@@ -16,8 +16,9 @@ import { generateWebhookSecret } from '../../transports/http/index.ts';
 import type { RelayTransportConfig } from '../demo/demo-sink.ts';
 import { DESTINATIONS, type CommittedLog } from './producers.ts';
 import type { Random } from './random.ts';
+import { dropConsumerState } from './consumer-broker.ts';
 
-export const INBOX_TRANSPORTS = ['http', 'redis', 'nats'];
+export const INBOX_TRANSPORTS = ['http', 'redis', 'nats', 'kafka', 'rabbitmq', 'pubsub', 'sqs'];
 
 /** What a consumer process is told (as JSON in TXBOX_TORTURE_CONSUMER). */
 export interface ConsumerSettings {
@@ -47,6 +48,8 @@ export interface InboxCheck {
   readonly inboxUnsettled: number;
   readonly consumerKills: number;
   readonly consumerRestarts: number;
+  /** Consumer processes that exited without being killed (each was replaced). */
+  readonly consumerCrashes: number;
 }
 
 interface Slot {
@@ -54,7 +57,12 @@ interface Slot {
   readonly port: number | undefined;
   child: ChildProcess | undefined;
   exited: Promise<void>;
+  /** Set while the fleet itself stops or kills the child: its exit is no crash. */
+  expected: boolean;
 }
+
+/** How long a slot may take to get a process that prints `ready` (it waits for an unreachable broker meanwhile), over all attempts. */
+const READY_TIMEOUT_MS = 180_000;
 
 export interface ConsumerFleetOptions {
   readonly databaseUrl: string;
@@ -71,6 +79,9 @@ export class ConsumerFleet {
   readonly #secret = generateWebhookSecret();
   #kills = 0;
   #restarts = 0;
+  #stopping = false;
+  /** Consumer processes that exited without being told to (each is replaced). */
+  #unexpectedExits = 0;
 
   constructor(o: ConsumerFleetOptions) {
     if (!INBOX_TRANSPORTS.includes(o.transport.type)) {
@@ -87,9 +98,9 @@ export class ConsumerFleet {
     await db.query(`CREATE TABLE "${s}".torture_applied (n bigserial PRIMARY KEY, event_id uuid NOT NULL, key text NOT NULL, version integer NOT NULL)`);
     for (let slot = 0; slot < this.#o.count; slot++) {
       const port = this.#o.transport.type === 'http' ? await freePort() : undefined;
-      const s: Slot = { slot, port, child: undefined, exited: Promise.resolve() };
+      const s: Slot = { slot, port, child: undefined, exited: Promise.resolve(), expected: false };
       this.#slots.push(s);
-      await this.#spawn(s);
+      await this.#spawnWithRetry(s);
     }
   }
 
@@ -99,7 +110,22 @@ export class ConsumerFleet {
     return { type: 'http', endpoints, secret: this.#secret, timeoutMs: 5000 };
   }
 
-  async #spawn(s: Slot): Promise<void> {
+  /** Starts the slot's process; one that exits before `ready` is started again after a backoff (1 s doubling to 10 s), for up to READY_TIMEOUT_MS in all. */
+  async #spawnWithRetry(s: Slot): Promise<void> {
+    const deadline = performance.now() + READY_TIMEOUT_MS;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.#spawn(s, Math.max(1000, deadline - performance.now()));
+        return;
+      } catch (err) {
+        if (this.#stopping || performance.now() >= deadline) throw err;
+        await new Promise((r) => setTimeout(r, Math.min(10_000, 1000 * 2 ** (attempt - 1))));
+        if (this.#stopping) throw err;
+      }
+    }
+  }
+
+  async #spawn(s: Slot, readyTimeoutMs: number): Promise<void> {
     const settings: ConsumerSettings = { databaseUrl: this.#o.databaseUrl, schema: this.#o.schema, run: this.#o.run, slot: s.slot, transport: this.#o.transport, ...(s.port !== undefined ? { port: s.port, secret: this.#secret } : {}) };
     const here = fileURLToPath(import.meta.url);
     const script = fileURLToPath(new URL(`./consumer-process${extname(here)}`, import.meta.url));
@@ -110,26 +136,45 @@ export class ConsumerFleet {
     let stderr = '';
     child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-2000)));
     s.child = child;
+    s.expected = false;
     s.exited = new Promise((resolve) => child.once('close', () => resolve()));
-    await new Promise<void>((resolve, reject) => {
-      child.stdout!.on('data', (d: Buffer) => {
-        if (d.toString().includes('ready')) resolve();
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        child.stdout!.on('data', (d: Buffer) => {
+          if (d.toString().includes('ready')) resolve();
+        });
+        child.once('close', (code, signal) => reject(new Error(`torture consumer ${s.slot} exited before it was ready (${code ?? signal}): ${stderr.trim().slice(-500)}`)));
+        timer = setTimeout(() => {
+          child.kill('SIGKILL');
+          reject(new Error(`torture consumer ${s.slot} was not ready within ${Math.round(readyTimeoutMs / 1000)} s: ${stderr.trim().slice(-500)}`));
+        }, readyTimeoutMs);
       });
-      child.once('close', (code, signal) => reject(new Error(`torture consumer ${s.slot} exited before it was ready (${code ?? signal}): ${stderr.trim().slice(-500)}`)));
+    } finally {
+      clearTimeout(timer);
+    }
+    // Ready: from now on an exit the fleet did not cause is a crash, and the slot gets a new process.
+    void s.exited.then(() => {
+      if (s.child !== child || s.expected || this.#stopping) return;
+      this.#unexpectedExits++;
+      this.#restarts++;
+      void this.#spawnWithRetry(s).catch(() => {});
     });
   }
 
   /** Arms a crash in one consumer (SIGKILL at its next event, mid-handler or after commit); SIGKILL after 2 s anyway; restarts it. */
   async killOne(random: Random): Promise<void> {
     const s = random.pick(this.#slots);
-    if (!s.child) return;
+    if (!s.child || s.child.exitCode !== null || s.child.signalCode !== null) return;
     this.#kills++;
+    s.expected = true;
     s.child.kill('SIGUSR2');
     const timer = setTimeout(() => s.child?.kill('SIGKILL'), 2000);
     await s.exited;
     clearTimeout(timer);
     this.#restarts++;
-    await this.#spawn(s);
+    // While the broker is down the new process waits for it before `ready`: this waits with it (bounded).
+    await this.#spawnWithRetry(s);
   }
 
   /** Cheap progress test for the drain: as many distinct events applied as committed. */
@@ -172,14 +217,17 @@ export class ConsumerFleet {
       inboxUnsettled: Number(unsettled.rows[0]?.n ?? 0),
       consumerKills: this.#kills,
       consumerRestarts: this.#restarts,
+      consumerCrashes: this.#unexpectedExits,
     };
   }
 
   async stopAll(): Promise<void> {
+    this.#stopping = true;
     await Promise.all(
       this.#slots.map(async (s) => {
         const child = s.child;
         s.child = undefined;
+        s.expected = true;
         if (!child || child.exitCode !== null || child.signalCode !== null) return;
         child.kill('SIGTERM');
         const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
@@ -187,6 +235,11 @@ export class ConsumerFleet {
         clearTimeout(timer);
       }),
     );
+  }
+
+  /** After stopAll(): removes the consumers' queue (RabbitMQ) or group (Kafka) from the broker. Best effort. */
+  async dropBrokerState(): Promise<void> {
+    await dropConsumerState(this.#o.transport, this.#o.run).catch(() => {});
   }
 }
 

@@ -13,6 +13,7 @@ import { PostgresInboxStore } from '../../stores/postgres/postgres-inbox-store.t
 import { applyVersioned } from '../../stores/postgres/postgres-projection.ts';
 import { DESTINATIONS } from './producers.ts';
 import type { ConsumerSettings } from './consumer-fleet.ts';
+import { bindConsumerQueue, consumerGroupOf, consumerQueueOf, consumerSubscriptionOf, ensureConsumerDeadQueue, ensureConsumerSubscription } from './consumer-broker.ts';
 
 const settings = JSON.parse(process.env.TXBOX_TORTURE_CONSUMER ?? 'null') as ConsumerSettings | null;
 if (!settings) throw new Error('consumer-process.ts is started by txbox torture --inbox (TXBOX_TORTURE_CONSUMER is missing)');
@@ -20,7 +21,9 @@ const { schema, transport } = settings;
 const url = new URL(settings.databaseUrl);
 url.searchParams.set('application_name', `txbox-torture-${settings.run}-c${settings.slot}`);
 const connection = pgConnection({ connectionString: url.toString(), maxConnections: 8 });
-const inbox = createInbox({ store: new PostgresInboxStore({ connection, schema }), consumer: 'torture', retry: { baseDelayMs: 50, maxDelayMs: 1000 } });
+// A held version whose predecessor committed in a consumer killed before it released the hold waits for the periodic
+// re-check: every 3 s here rather than the default 30 s, so that a run's drain does not wait on it.
+const inbox = createInbox({ store: new PostgresInboxStore({ connection, schema }), consumer: 'torture', retry: { baseDelayMs: 50, maxDelayMs: 1000 }, heldRecheckIntervalMs: 3000 });
 
 let crash: 'mid-handler' | 'after-commit' | undefined;
 process.on('SIGUSR2', () => {
@@ -49,7 +52,7 @@ if (transport.type === 'http') {
   const consumer = new RedisConsumer({
     url: String(transport.url),
     streams: Object.fromEntries(DESTINATIONS.map((d) => [d, prefix + d])),
-    group: `torture-${settings.run}`,
+    group: consumerGroupOf(settings.run),
     consumer: `c${settings.slot}`,
     claimIdleMs: 3000,
     blockMs: 500,
@@ -60,7 +63,77 @@ if (transport.type === 'http') {
 } else if (transport.type === 'nats') {
   const { NatsConsumer } = await import('../../transports/nats/index.ts');
   const streams = transport.streams as Record<string, string>;
-  const consumer = new NatsConsumer({ servers: transport.servers as string, stream: streams.orders!, durable: `torture-${settings.run}`, inbox, ackWaitMs: 3000, deadLetterSubject: null });
+  const consumer = new NatsConsumer({ servers: transport.servers as string, stream: streams.orders!, durable: consumerGroupOf(settings.run), inbox, ackWaitMs: 3000, deadLetterSubject: null });
+  await consumer.start();
+  stop = () => consumer.stop();
+} else if (transport.type === 'kafka') {
+  const { KafkaConsumer } = await import('../../transports/kafka/index.ts');
+  // Both destinations share the observer's topic; a group of the consumers' own, read from the start.
+  // A short session: a consumer killed with SIGKILL holds its partitions until the session expires.
+  const consumer = new KafkaConsumer({
+    brokers: transport.brokers as string[],
+    clientId: `txbox-torture-c${settings.slot}`,
+    groupId: consumerGroupOf(settings.run),
+    topics: transport.topics as Record<string, string>,
+    fromBeginning: true,
+    deadLetterTopic: null,
+    sessionTimeoutMs: 6000,
+    heartbeatIntervalMs: 1000,
+    rebalanceTimeoutMs: 10_000,
+    stopTimeoutMs: 5000,
+    inbox,
+  });
+  await consumer.start();
+  stop = () => consumer.stop();
+} else if (transport.type === 'rabbitmq') {
+  const { RabbitMqConsumer } = await import('../../transports/rabbitmq/index.ts');
+  // One durable queue of the run, shared by the consumers (competing: the inbox's held versions restore each key's order).
+  const consumer = new RabbitMqConsumer({
+    url: String(transport.url),
+    queues: [consumerQueueOf(transport)],
+    assertQueues: true,
+    prefetch: 64,
+    reconnectInitialDelayMs: 100,
+    reconnectMaxDelayMs: 1000,
+    connectionName: `txbox torture consumer ${settings.run} c${settings.slot}`,
+    stopTimeoutMs: 5000,
+    inbox,
+  });
+  await consumer.start();
+  // Bound before `ready`, so before the relays start: nothing published is missed by the queue.
+  await bindConsumerQueue(transport);
+  stop = () => consumer.stop();
+} else if (transport.type === 'pubsub') {
+  const { PubSubConsumer } = await import('../../transports/pubsub/index.ts');
+  // A subscription of the consumers' own on the observer's topic, made before `ready` (so before the relays start):
+  // every message reaches both. The consumers share it; unordered (consumer-broker.ts says why): the inbox's held
+  // versions restore each key's order.
+  await ensureConsumerSubscription(transport);
+  const consumer = new PubSubConsumer({
+    projectId: String(transport.projectId),
+    emulatorHost: String(transport.emulatorHost),
+    subscription: consumerSubscriptionOf(transport),
+    maxMessages: 200,
+    stopTimeoutMs: 5000,
+    inbox,
+  });
+  await consumer.start();
+  stop = () => consumer.stop();
+} else if (transport.type === 'sqs') {
+  const { SqsConsumer } = await import('../../transports/sqs/index.ts');
+  // The relays' FIFO queue itself (the observer leaves it to the consumers). A short visibility timeout: the messages a
+  // killed consumer held, and the rest of their message groups, come back after 5 s.
+  const consumer = new SqsConsumer({
+    queueUrl: (transport.queues as Record<string, string>).orders!,
+    endpoint: String(transport.endpoint),
+    region: String(transport.region),
+    credentials: transport.credentials as { accessKeyId: string; secretAccessKey: string },
+    deadLetterQueueUrl: await ensureConsumerDeadQueue(transport),
+    visibilityTimeoutSeconds: 5,
+    waitTimeSeconds: 1,
+    stopTimeoutMs: 5000,
+    inbox,
+  });
   await consumer.start();
   stop = () => consumer.stop();
 } else {

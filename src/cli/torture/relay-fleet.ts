@@ -11,7 +11,7 @@ import { createRelay, type Relay } from '../../relay/relay.ts';
 import type { Transport } from '../../core/ports.ts';
 import type { PostgresConnection } from '../../stores/postgres/postgres-connection.ts';
 import { PostgresRelayStore } from '../../stores/postgres/postgres-relay-store.ts';
-import type { RelayTransportConfig } from '../demo/demo-sink.ts';
+import { SENDER_HEADER, type RelayTransportConfig } from '../demo/demo-sink.ts';
 
 export interface RelayTuning {
   readonly leaseTtlMs: number;
@@ -47,6 +47,7 @@ interface ChildRelay {
   readonly applicationName: string;
   readonly child: ChildProcess;
   readonly exited: Promise<void>;
+  readonly startedAt: number;
   paused: boolean;
   expected: boolean;
 }
@@ -70,6 +71,8 @@ export class ProcessRelayFleet implements RelayFleet {
   readonly #relays: ChildRelay[] = [];
   #generation = 0;
   #stopping = false;
+  /** Relays in a row that exited by themselves within 5 s of their start: the next replacement waits longer. */
+  #quickExits = 0;
 
   constructor(o: ProcessFleetOptions) {
     this.#o = o;
@@ -91,13 +94,20 @@ export class ProcessRelayFleet implements RelayFleet {
     const url = new URL(this.#o.databaseUrl);
     url.searchParams.set('application_name', applicationName);
     const t = this.#o.tuning;
+    // Over HTTP each relay names itself in a header, so that the observer knows who sent each delivery.
+    let configPath = this.#o.configPath;
+    if (this.#o.transport.type === 'http') {
+      configPath = configPath.replace(/(\.json)?$/, `-r${n}.json`);
+      const headers = { ...(this.#o.transport.headers as Record<string, string> | undefined), [SENDER_HEADER]: id };
+      writeFileSync(configPath, JSON.stringify({ transport: { ...this.#o.transport, headers } }), { mode: 0o600 });
+    }
     const entry = process.argv[1];
     if (!entry) throw new Error('txbox torture: cannot find the txbox entry point to start relays');
     const child = spawn(
       process.execPath,
       [...process.execArgv, entry, 'relay', '--relay-id', id, '--lease-ttl-ms', String(t.leaseTtlMs), '--batch-size', String(t.batchSize), '--poll-interval-ms', String(t.pollIntervalMs), '--keep-published', 'off'],
       {
-        env: { ...withoutTxbox(process.env), TXBOX_DATABASE_URL: url.toString(), TXBOX_SCHEMA: this.#o.schema, TXBOX_CONFIG: this.#o.configPath, TXBOX_LOG_LEVEL: 'warn' },
+        env: { ...withoutTxbox(process.env), TXBOX_DATABASE_URL: url.toString(), TXBOX_SCHEMA: this.#o.schema, TXBOX_CONFIG: configPath, TXBOX_LOG_LEVEL: 'warn' },
         stdio: ['ignore', 'ignore', 'pipe'],
       },
     );
@@ -111,6 +121,7 @@ export class ProcessRelayFleet implements RelayFleet {
       child,
       paused: false,
       expected: false,
+      startedAt: performance.now(),
       exited: new Promise((resolve) => child.once('close', () => resolve())),
     };
     void relay.exited.then(() => {
@@ -118,8 +129,13 @@ export class ProcessRelayFleet implements RelayFleet {
       if (i >= 0) this.#relays.splice(i, 1);
       if (!relay.expected && !this.#stopping) {
         this.unexpectedExits++;
-        this.#log(`${id}: exited by itself (code ${child.exitCode}, signal ${child.signalCode}); starting a replacement`);
-        this.#spawn();
+        // A relay that cannot start (the database or broker gone) would otherwise be replaced in a tight loop.
+        this.#quickExits = performance.now() - relay.startedAt < 5000 ? this.#quickExits + 1 : 0;
+        const delayMs = this.#quickExits === 0 ? 0 : Math.min(10_000, 250 * 2 ** this.#quickExits);
+        this.#log(`${id}: exited by itself (code ${child.exitCode}, signal ${child.signalCode}); starting a replacement${delayMs > 0 ? ` in ${delayMs} ms` : ''}`);
+        setTimeout(() => {
+          if (!this.#stopping) this.#spawn();
+        }, delayMs);
       }
     });
     this.#relays.push(relay);

@@ -5,7 +5,7 @@
 import { CliError } from '../cli-error.ts';
 import { parseDuration } from '../../core/duration.ts';
 
-export const TORTURE_TRANSPORTS = ['http', 'nats', 'redis', 'kafka', 'rabbitmq'] as const;
+export const TORTURE_TRANSPORTS = ['http', 'nats', 'redis', 'kafka', 'rabbitmq', 'pubsub', 'sqs'] as const;
 export type TortureTransport = (typeof TORTURE_TRANSPORTS)[number];
 
 export interface TortureOptions {

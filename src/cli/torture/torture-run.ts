@@ -17,11 +17,12 @@ import { postgresNames } from '../../stores/postgres/postgres-sql.ts';
 import { pgConnection } from '../../stores/postgres/pg-connection.ts';
 import { CliError, EXIT, redactUrl } from '../cli-error.ts';
 import type { DemoSink } from '../demo/demo-sink.ts';
-import { createObserver, observerRejections } from './observer.ts';
+import { createObserver, inboxOnlyLabel, observerReconnects, observerRejections, observes } from './observer.ts';
 import { createProducerTables, emptyLog, produce, type CommittedLog } from './producers.ts';
 import { InProcessRelayFleet, ProcessRelayFleet, type RelayFleet } from './relay-fleet.ts';
 import { ConsumerFleet, type InboxCheck } from './consumer-fleet.ts';
 import { Random } from './random.ts';
+import { LeaseHistory, describeViolations, orderViolationSamples } from './order-evidence.ts';
 import type { TortureOptions } from './torture-options.ts';
 
 export interface TortureReport {
@@ -44,6 +45,8 @@ export interface TortureReport {
   readonly orderViolations: number;
   readonly signatureFailures: number;
   readonly unreadable: number;
+  /** Times the observer reconnected and read again (RabbitMQ). */
+  readonly observerReconnects: number;
   readonly kills: number;
   readonly pauses: number;
   readonly terminatedSessions: number;
@@ -62,11 +65,15 @@ export interface TortureReport {
   readonly drainMs: number;
   readonly timedOut: boolean;
   readonly interrupted: boolean;
+  /** Why the fault loop failed (a relay or consumer could not be restarted), which ended the run early; null when it did not. */
+  readonly faultError: string | null;
   readonly logTail: readonly string[];
 }
 
 export interface TortureIo {
   readonly onProgress: (line: string) => void;
+  /** Told once, when the observer is ready: the run's name, schema and where the observer reads (for an operator, or a test, to find them). */
+  readonly onStart?: (line: string) => void;
   readonly signal: AbortSignal;
 }
 
@@ -89,15 +96,17 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
   let fleet: RelayFleet | undefined;
   let consumers: ConsumerFleet | undefined;
   const log: CommittedLog = emptyLog();
+  let stopLeases = (): void => {};
   /** Set when a check failed: the schema stays for inspection. */
   let keepForInspection = false;
   try {
     await migratePostgres(db, postgresNames({ schema }));
     await createProducerTables(db, schema, o.keys);
 
-    sink = await createObserver(o.transport, o.transportUrl);
+    sink = await createObserver(o.transport, o.transportUrl, run, o.inbox);
     await sink.start(async () => {});
     const observer = sink;
+    io.onStart?.(`txbox torture: run ${run}, schema ${schema}, observer ${observer.name}`);
     let relayTransport = observer.relayTransport();
     if (o.inbox) {
       consumers = new ConsumerFleet({ databaseUrl: o.databaseUrl!, schema, run, transport: relayTransport, count: o.consumers, seed: o.seed });
@@ -120,6 +129,11 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
       await sleep(100);
     }
 
+    // Each bucket's owner and token over the run: evidence for an order violation, should one occur.
+    const leases = new LeaseHistory(db, schema);
+    leases.start();
+    stopLeases = () => leases.stop();
+
     // Faults: kills (SIGKILL or abort), pauses past the lease, terminated sessions, consumer kills.
     const kills: Kill[] = [];
     const takeovers: Promise<void>[] = [];
@@ -133,6 +147,8 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
     const faultsLeft = (): number => plan.kills - kills.length + (plan.pauses - pauses) + (plan.terminations - terminations) + (plan.consumerKills - consumerKills);
     const meanGapMs = o.durationMs > 0 ? Math.max(200, o.durationMs / Math.max(1, faultsLeft())) : Math.max(400, o.leaseTtlMs / 2);
     let pausing: Promise<void> = Promise.resolve();
+    /** Set when the fault loop failed: the producers and the drain stop, and the run reports it (exit 1) instead of waiting. */
+    let faultError: string | null = null;
     const chaos = (async () => {
       while (faultsLeft() > 0 && !io.signal.aborted) {
         // Once the producers are done (early, under --duration), the faults left come at the default pace.
@@ -177,18 +193,21 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
       }
       await pausing;
       await Promise.all(takeovers);
-    })();
+    })().catch((err: unknown) => {
+      faultError = err instanceof Error ? err.message : String(err);
+      io.onProgress(`the fault loop failed: ${faultError}; stopping the run`);
+    });
 
     const produceStarted = performance.now();
     const deadline = o.durationMs > 0 ? produceStarted + o.durationMs : Infinity;
     const ticker = setInterval(() => {
       io.onProgress(
-        `committed ${log.committed} | rolled back tx ${log.rolledBackTransactions} | ${o.inbox && o.transport === 'http' ? 'posted to the inbox consumers' : `delivered ${observer.arrivals.length} (with duplicates)`} | kills ${kills.length}/${plan.kills} | pauses ${pauses} | terminated ${terminatedSessions}${consumers ? ` | consumer kills ${consumerKills}` : ''}`,
+        `committed ${log.committed} | rolled back tx ${log.rolledBackTransactions} | ${!observes(o.transport, o.inbox) ? `${o.transport === 'http' ? 'posted' : 'published'} to the inbox consumers` : `delivered ${observer.arrivals.length} (with duplicates)`} | kills ${kills.length}/${plan.kills} | pauses ${pauses} | terminated ${terminatedSessions}${consumers ? ` | consumer kills ${consumerKills}` : ''}`,
       );
     }, 1000);
     try {
       await produce(
-        { db, schema, keys: o.keys, events: o.events, writers: o.writers, rollbackRate: o.rollbackRate, longTransactions: processes, seed: o.seed, stopped: () => io.signal.aborted || performance.now() > deadline },
+        { db, schema, keys: o.keys, events: o.events, writers: o.writers, rollbackRate: o.rollbackRate, longTransactions: processes, seed: o.seed, stopped: () => io.signal.aborted || faultError !== null || performance.now() > deadline },
         log,
       );
       producing = false;
@@ -202,8 +221,8 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
       let scanned = 0;
       const committedIds = [...log.committedAt.keys()];
       let missing = committedIds.length;
-      const observing = !(o.inbox && o.transport === 'http');
-      while (performance.now() < drainDeadline && !io.signal.aborted) {
+      const observing = observes(o.transport, o.inbox);
+      while (performance.now() < drainDeadline && !io.signal.aborted && faultError === null) {
         if (observing) {
           for (; scanned < observer.arrivals.length; scanned++) seen.add(observer.arrivals[scanned]!.id);
           missing = committedIds.filter((id) => !seen.has(id)).length;
@@ -216,8 +235,9 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
       const timedOut = performance.now() >= drainDeadline;
       const relaysNotStopping = await relays.stopAll(15_000);
       const inbox = consumers ? await consumers.check(db, log) : undefined;
-      await consumers?.stopAll();
+      await bounded(consumers?.stopAll(), 20_000, 'stopping the consumer processes', io);
 
+      leases.stop();
       const violations = observing ? orderViolationSamples(log.byKey, observer.arrivals) : [];
       const report = observing ? checkDeliveries(log.byKey, observer.arrivals) : { committed: log.committed, delivered: inbox?.appliedUnique ?? 0, lost: inbox?.missing ?? 0, phantom: inbox?.phantom ?? 0, duplicates: inbox?.duplicateApplies ?? 0, orderViolations: inbox?.orderViolations ?? 0 };
       const rolledBackDelivered = observing ? new Set(observer.arrivals.filter((a) => log.rolledBack.has(a.id)).map((a) => a.id)).size : 0;
@@ -226,7 +246,7 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
       keepForInspection = report.lost + report.phantom + report.orderViolations > 0 || inboxFailed;
       return {
         database: label,
-        transport: observing ? observer.name : `HTTP webhooks to ${o.consumers} inbox consumer processes`,
+        transport: observing ? observer.name : inboxOnlyLabel(o.transport, observer, o.consumers),
         relays: processes ? `${o.relays} txbox relay processes` : `${o.relays} in-process relays (PGlite)`,
         seed: o.seed,
         schema,
@@ -242,6 +262,7 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
         duplicates: report.duplicates,
         orderViolations: report.orderViolations,
         ...observerRejections(observer),
+        observerReconnects: observerReconnects(observer),
         kills: kills.length,
         pauses,
         terminations,
@@ -250,13 +271,14 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
         relaysNotStopping,
         recovery: recoveryTimes(kills),
         outboxStates: Object.fromEntries(states.rows.map((r) => [r.state, Number(r.n)])),
-        violations: await describeViolations(db, schema, violations),
+        violations: await describeViolations(db, schema, violations, observer.arrivals, leases),
         inbox,
         elapsedMs: performance.now() - started,
         produceMs,
         drainMs,
         timedOut,
         interrupted: io.signal.aborted,
+        faultError,
         logTail: relays.logTail,
       };
     } finally {
@@ -264,47 +286,30 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
       if (producing) io.onProgress('stopping');
     }
   } finally {
-    await fleet?.stopAll(5000).catch(() => []);
-    await consumers?.stopAll().catch(() => {});
-    await sink?.close().catch(() => {});
+    // Every step bounded: a broker that is down must not keep the run from ending.
+    stopLeases();
+    await bounded(fleet?.stopAll(5000), 20_000, 'stopping the relays', io);
+    await bounded(consumers?.stopAll(), 20_000, 'stopping the consumer processes', io);
+    await bounded(consumers?.dropBrokerState(), 15_000, "removing the consumers' broker state", io);
+    await bounded(sink?.close(), 15_000, 'closing the observer', io);
     rmSync(tmp, { recursive: true, force: true });
-    await close(o.keep || keepForInspection ? undefined : schema);
+    await bounded(close(o.keep || keepForInspection ? undefined : schema), 30_000, 'dropping the schema and closing the database', io);
   }
 }
 
-/** The first few arrivals that broke their key's order (first deliveries only). */
-function orderViolationSamples(committed: ReadonlyMap<string, readonly string[]>, arrivals: readonly { id: string; key: string }[]): { key: string; got: string; expected: string | undefined; index: number }[] {
-  const position = new Map<string, number>();
-  for (const ids of committed.values()) ids.forEach((id, i) => position.set(id, i));
-  const seen = new Set<string>();
-  const next = new Map<string, number>();
-  const out: { key: string; got: string; expected: string | undefined; index: number }[] = [];
-  arrivals.forEach((a, index) => {
-    const pos = position.get(a.id);
-    if (pos === undefined || seen.has(a.id)) return;
-    seen.add(a.id);
-    const want = next.get(a.key) ?? 0;
-    if (pos !== want && out.length < 5) out.push({ key: a.key, got: a.id, expected: committed.get(a.key)?.[want], index });
-    next.set(a.key, Math.max(want, pos + 1));
-  });
-  return out;
-}
-
-/** One line per sample: the key, and seq, version, attempts and times of both outbox rows. */
-async function describeViolations(db: PostgresConnection, schema: string, samples: ReturnType<typeof orderViolationSamples>): Promise<string[]> {
-  const lines: string[] = [];
-  for (const v of samples) {
-    const { rows } = await db.query<{ id: string; seq: string; version: string; attempts: number; created_at: Date; done_at: Date | null }>(
-      `SELECT id, seq, version, attempts, created_at, done_at FROM "${schema}".outbox WHERE id = ANY($1::uuid[])`,
-      [[v.got, v.expected].filter(Boolean)],
-    );
-    const row = (id: string | undefined): string => {
-      const r = rows.find((x) => x.id === id);
-      return r ? `${id} (seq ${r.seq}, version ${r.version}, attempts ${r.attempts}, created ${r.created_at.toISOString()}, published ${r.done_at?.toISOString() ?? '-'})` : `${id ?? '?'} (no outbox row)`;
-    };
-    lines.push(`key ${v.key}: arrival #${v.index} was ${row(v.got)} before any delivery of ${row(v.expected)}`);
+/** Waits for a cleanup step, at most `ms`; a step that fails or takes longer is reported on the progress line and left behind. */
+async function bounded(step: Promise<unknown> | undefined, ms: number, what: string, io: TortureIo): Promise<void> {
+  if (step === undefined) return;
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), ms)));
+  try {
+    const r = await Promise.race([step.then(() => 'done' as const), late]);
+    if (r === 'late') io.onProgress(`${what} took over ${ms / 1000} s; going on without it`);
+  } catch (err) {
+    io.onProgress(`${what} failed: ${err instanceof Error ? err.message : String(err)}`);
+  } finally {
+    clearTimeout(timer);
   }
-  return lines;
 }
 
 /** Polls (every 50 ms, for at most a minute) until live relays lease every bucket the killed relay held. */

@@ -73,6 +73,7 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
         client.release();
       }
     },
+    replicationConfig: () => ({ ...pool.options }),
     async listen(channel, onNotify) {
       // A dedicated client: a pooled one would be handed to other queries.
       let client: pg.Client | undefined;

@@ -76,6 +76,8 @@ export interface ParkedEvent {
   readonly attempts: number;
   readonly lastError: string | null;
   readonly parkedAt: Date;
+  /** The event's payload: only when listed with `includePayload: true`. */
+  readonly payload?: unknown;
 }
 
 /** Which parked events an action applies to: some ids, or all of them (optionally of one destination). */
@@ -221,9 +223,10 @@ export class PostgresAdmin {
     }));
   }
 
-  async listParked(options: { destination?: string; limit?: number } = {}): Promise<ParkedEvent[]> {
+  /** Parked events, oldest first; their payloads only with `includePayload` (the CLI and the dashboard show none by default). */
+  async listParked(options: { destination?: string; limit?: number; includePayload?: boolean } = {}): Promise<ParkedEvent[]> {
     const { rows } = await this.db.query<Record<string, unknown>>(
-      `SELECT seq, id, type, key, destination, attempts, last_error, parked_at FROM ${this.names.outbox}
+      `SELECT seq, id, type, key, destination, attempts, last_error, parked_at${options.includePayload ? ', payload' : ''} FROM ${this.names.outbox}
        WHERE state = 'parked' AND ($1::text IS NULL OR destination = $1) ORDER BY seq LIMIT $2`,
       [options.destination ?? null, options.limit ?? 100],
     );
@@ -236,7 +239,22 @@ export class PostgresAdmin {
       attempts: num(r.attempts),
       lastError: (r.last_error as string | null) ?? null,
       parkedAt: r.parked_at as Date,
+      ...(options.includePayload ? { payload: r.payload } : {}),
     }));
+  }
+
+  /**
+   * Events published in the last `seconds` per destination, from retained
+   * rows (the done_at index): with delete-on-publish there are none to count.
+   * The dashboard samples it for its publish-rate chart.
+   */
+  async publishedPerDestination(seconds = 60): Promise<{ destination: string; published: number }[]> {
+    const { rows } = await this.db.query<{ destination: string; c: string }>(
+      `SELECT destination, count(*) AS c FROM ${this.names.outbox}
+       WHERE done_at > now() - $1 * interval '1 second' AND state = 'published' GROUP BY destination ORDER BY destination`,
+      [seconds],
+    );
+    return rows.map((r) => ({ destination: String(r.destination), published: num(r.c) }));
   }
 
   /**

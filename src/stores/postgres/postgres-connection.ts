@@ -17,6 +17,12 @@ export interface PostgresConnection extends SqlExecutor {
   transaction<T>(fn: (tx: SqlExecutor) => Promise<T>): Promise<T>;
   /** Calls `onNotify` for each notification on `channel`; resolves with a function that stops listening. */
   listen(channel: string, onNotify: () => void): Promise<() => Promise<void>>;
+  /**
+   * Optional: the settings for a replication connection to the same server
+   * (node-postgres `ClientConfig`), for the WAL wake mode. Handles without it
+   * (PGlite) wake by LISTEN/NOTIFY and polling.
+   */
+  replicationConfig?(): Record<string, unknown>;
   /** Closes what this connection opened (not a pool or instance passed in by the caller). */
   close(): Promise<void>;
 }

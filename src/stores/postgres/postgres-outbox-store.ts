@@ -1,5 +1,6 @@
 import { ConfigError } from '../../core/errors.ts';
-import type { OutboxStore, PreparedEvent, SqlExecutor } from '../../core/ports.ts';
+import { sqlTransactionProblem } from '../../core/executors.ts';
+import type { OutboxStore, PreparedEvent, SqlExecutor, TransactionProblem } from '../../core/ports.ts';
 import { queryPrepared, statementName } from './prepared.ts';
 import { insertEventsSql, postgresNames, type PostgresNames, type PostgresNamesOptions } from './postgres-sql.ts';
 
@@ -50,7 +51,7 @@ interface Statement {
  * @example
  * const outbox = createOutbox({ store: new PostgresOutboxStore({ schema: 'txbox' }), events: [OrderCreated] });
  */
-export class PostgresOutboxStore implements OutboxStore {
+export class PostgresOutboxStore implements OutboxStore<SqlExecutor> {
   readonly names: PostgresNames;
   /** [one event, many events], each without and with the NOTIFY. */
   readonly #plain: readonly [Statement, Statement];
@@ -70,6 +71,11 @@ export class PostgresOutboxStore implements OutboxStore {
     if (!Number.isFinite(interval) || interval < 0) throw new ConfigError('notifyIntervalMs', `must be a number of milliseconds >= 0, got ${String(interval)}`);
     this.#notifyIntervalMs = interval;
     this.#prepare = options.prepare ?? true;
+  }
+
+  /** A `SqlExecutor` inside an open transaction (see `sqlTransactionProblem`). */
+  checkTransaction(tx: unknown): TransactionProblem | undefined {
+    return sqlTransactionProblem(tx);
   }
 
   async insert(executor: SqlExecutor, events: readonly PreparedEvent[]): Promise<void> {

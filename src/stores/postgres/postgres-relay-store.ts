@@ -2,7 +2,11 @@ import { performance } from 'node:perf_hooks';
 import { ConfigError } from '../../core/errors.ts';
 import type { StoredEvent } from '../../core/envelope.ts';
 import { scrubErrorText } from '../../core/error-text.ts';
-import type { BucketLease, ClaimOptions, Completion, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
+import type { BucketLease, ClaimOptions, Completion, OutboxGauges, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
+import { silentLogger, type Logger } from '../../core/logger.ts';
+import { PostgresWalWake } from './postgres-wal-wake.ts';
+import type { WalCommit } from './pg-wal-stream.ts';
+import { walSlots } from './postgres-wal.ts';
 import { pruneOnce } from './postgres-admin.ts';
 import type { PostgresConnection } from './postgres-connection.ts';
 import { statementName } from './prepared.ts';
@@ -34,6 +38,40 @@ export interface PostgresRelayStoreOptions extends PostgresNamesOptions {
    * Default: 30000 ms.
    */
   readonly releaseHeldEveryMs?: number;
+  /**
+   * How an idle relay learns of new events. `notify`: LISTEN for the
+   * producers' NOTIFY, and poll. `wal`: follow the outbox table's inserts
+   * through a temporary logical replication slot (`pgoutput`, a publication on
+   * the outbox table only), so producers need no NOTIFY (give their
+   * PostgresOutboxStore `notify: false`). Needs wal_level=logical and the
+   * REPLICATION attribute; without them, and while the stream is down, the
+   * store warns once and falls back to `notify` and polling. The table stays
+   * the source of truth either way (docs/wal.md). Default: `notify`.
+   */
+  readonly wake?: 'notify' | 'wal';
+  /** For the WAL mode's warnings. Default: silent. */
+  readonly logger?: Logger;
+  /**
+   * Diagnostics for the WAL mode (bench/wal.ts times its stages with it):
+   * called with each committed transaction the stream read (its rows' `seq`
+   * and key bytes, the server's commit time), before the relay is woken. Keep it cheap.
+   */
+  readonly walTrace?: (commit: WalCommit) => void;
+}
+
+/** A relay lane waiting in `waitForEvents`: woken by commits in its buckets (all when `buckets` is null). */
+interface Waiter {
+  readonly done: () => void;
+  readonly buckets: Uint8Array | null;
+}
+
+/** How the store wakes its relay now, and the lag of its replication slot (WAL mode). */
+export interface WakeStatus {
+  /** `wal`: streaming; `fallback`: WAL mode asked, but LISTEN/NOTIFY and polling for now; `starting`: the stream is opening. */
+  readonly mode: 'notify' | 'wal' | 'fallback' | 'starting';
+  readonly slot: string | null;
+  /** WAL the slot retains past what the relay confirmed (the `txbox_relay_wal_slot_lag_bytes` gauge). */
+  readonly slotLagBytes: number | null;
 }
 
 interface EventRow {
@@ -52,6 +90,8 @@ interface EventRow {
   version: string | number | null;
   attempts: number;
   routes_done: string[] | null;
+  /** created_at in epoch ms (float8: cheaper to read than a timestamp). */
+  created_ms?: number | null;
 }
 
 export function rowToEvent(r: EventRow): StoredEvent {
@@ -80,6 +120,7 @@ export function rowToEvent(r: EventRow): StoredEvent {
     occurredAt: r.occurred_at instanceof Date ? r.occurred_at : new Date(r.occurred_at),
     version: r.version === null ? null : Number(r.version),
     attempts: r.attempts,
+    ...(r.created_ms == null ? {} : { createdAtMs: r.created_ms }),
     routesDone: r.routes_done ?? [],
   };
 }
@@ -113,14 +154,52 @@ export class PostgresRelayStore implements RelayStore {
   #skip: readonly string[] = [];
   #releasedHeldAt = Number.NEGATIVE_INFINITY;
   readonly #names: { claim: string };
-  readonly #waiters = new Set<() => void>();
+  readonly #waiters = new Set<Waiter>();
   #unlisten: (() => Promise<void>) | undefined;
   #listening: Promise<void> | undefined;
   #wakeups = 0;
+  /** Wake-ups for every bucket (NOTIFY, a WAL stream (re)start, rows whose bucket is not known). */
+  #wakeupsAll = 0;
+  /** WAL wake-ups per bucket. */
+  readonly #bucketWakeups = new Float64Array(256);
+  /** The buckets of this relay's leases, from its last lease() (null: not known yet). */
+  #held: Uint8Array | null = null;
+  /**
+   * Buckets some lane has claimed or waited for since the leases last changed
+   * (`wakeups(buckets)`, `waitForEvents(..., buckets)`): a commit in a listed
+   * bucket with no lane waiting on it belongs to a lane that is busy, and will
+   * be seen by its wake-up count; one in a held bucket nobody listed wakes everyone.
+   */
+  readonly #listed = new Uint8Array(256);
+  readonly #leasers = new Set<string>();
+  readonly #wal: PostgresWalWake | undefined;
+  /** Per bucket: a WAL commit woke the relay and no claim of that bucket has returned rows since. */
+  readonly #recheck = new Uint8Array(256);
+  #relayId = 'relay';
 
   constructor(options: PostgresRelayStoreOptions) {
     this.names = postgresNames(options);
     this.#db = options.connection;
+    if (options.wake !== undefined && options.wake !== 'notify' && options.wake !== 'wal') {
+      throw new ConfigError('wake', `must be 'notify' or 'wal', got ${JSON.stringify(options.wake)}`);
+    }
+    if (options.wake === 'wal') {
+      this.#wal = new PostgresWalWake({
+        connection: this.#db,
+        names: this.names,
+        logger: options.logger ?? silentLogger,
+        relayId: () => this.#relayId,
+        onWake: (buckets) => {
+          if (buckets === null) this.#recheck.fill(1);
+          else for (const b of buckets) this.#recheck[b] = 1;
+          this.#notified(buckets);
+        },
+        onFallback: () => {
+          this.#listen().catch(() => {});
+        },
+        trace: options.walTrace,
+      });
+    }
     this.#sql = {
       heartbeat: heartbeatSql(this.names),
       lease: leaseSql(this.names),
@@ -139,6 +218,7 @@ export class PostgresRelayStore implements RelayStore {
   }
 
   async heartbeat(relay: RelayHeartbeat, ttlMs: number) {
+    this.#relayId = relay.relayId;
     const { rows } = await this.#db.query<{ live: number; bucket_count: number; next_foreign_expiry_ms: number | null }>(this.#sql.heartbeat, [
       relay.relayId,
       relay.host,
@@ -161,12 +241,21 @@ export class PostgresRelayStore implements RelayStore {
       ttlMs,
       Math.max(0, acquire),
     ]);
+    // One store serving two relays would mix their leases: then wake by every held bucket.
+    this.#leasers.add(relayId);
+    const mine = new Uint8Array(256);
+    for (const r of rows) mine[r.bucket] = 1;
+    const before = this.#held;
+    this.#held = this.#leasers.size === 1 ? mine : null;
+    // The lanes share the new leases out among themselves: until each lists its buckets again, wake everyone.
+    if (before === null || this.#held === null || !before.every((v, b) => v === mine[b])) this.#listed.fill(0);
     return rows.map((r) => ({ bucket: r.bucket, token: r.token }));
   }
 
   async release(relayId: string, leases: readonly BucketLease[]): Promise<void> {
     if (leases.length === 0) return;
     await this.#db.query(this.#sql.release, [relayId, leases.map((l) => l.bucket), leases.map((l) => l.token)]);
+    if (this.#held) for (const l of leases) this.#held[l.bucket] = 0;
   }
 
   /** Pending and parked events: one pass over the open rows (the partial index of pending and parked rows), for the relay's log summary. */
@@ -176,6 +265,32 @@ export class PostgresRelayStore implements RelayStore {
        FROM ${this.names.outbox} WHERE state IN ('pending', 'parked')`,
     );
     return { pending: Number(rows[0]!.pending), parked: Number(rows[0]!.parked) };
+  }
+
+  /**
+   * Pending, parked and the oldest pending event's age per destination, and
+   * the relays alive: one statement, for the metrics gauges (the relay caches
+   * it and reads it only when metrics are collected). One pass over the open
+   * rows, like `backlog()` (cost: docs/performance.md, bench/metrics-gauges.ts).
+   */
+  async outboxGauges(): Promise<OutboxGauges> {
+    const n = this.names;
+    const { rows } = await this.#db.query<{ destination: string | null; pending: string; parked: string; oldest: number | null; alive: string }>(
+      `SELECT d.destination, d.pending, d.parked, d.oldest, r.alive FROM
+         (SELECT count(*) AS alive FROM ${n.relays}
+           WHERE left_at IS NULL AND heartbeat_at > now() - coalesce(lease_ttl_ms, 30000) * interval '1 millisecond') r
+       LEFT JOIN (SELECT destination,
+           count(*) FILTER (WHERE state = 'pending') AS pending,
+           count(*) FILTER (WHERE state = 'parked') AS parked,
+           extract(epoch FROM now() - min(created_at) FILTER (WHERE state = 'pending'))::float8 AS oldest
+         FROM ${n.outbox} WHERE state IN ('pending', 'parked') GROUP BY destination) d ON true`,
+    );
+    return {
+      relaysAlive: Number(rows[0]?.alive ?? 0),
+      destinations: rows
+        .filter((r) => r.destination !== null)
+        .map((r) => ({ destination: r.destination!, pending: Number(r.pending), parked: Number(r.parked), oldestPendingSeconds: r.oldest === null ? 0 : Math.max(0, Number(r.oldest)) })),
+    };
   }
 
   async leave(relayId: string): Promise<void> {
@@ -195,6 +310,7 @@ export class PostgresRelayStore implements RelayStore {
       options.limit,
       options.skipParkedDestinations,
     ], this.#names.claim);
+    if (rows.length > 0) for (const l of leases) this.#recheck[l.bucket] = 0;
     return rows.map(rowToEvent);
   }
 
@@ -242,42 +358,130 @@ export class PostgresRelayStore implements RelayStore {
     return pruneOnce(this.#db, this.names, olderThanMs, limit);
   }
 
-  wakeups(): number {
-    return this.#wakeups;
+  /**
+   * Wake-ups received so far; with `buckets`, only those that concern them
+   * (in the WAL mode a commit wakes the lanes of its rows' buckets only).
+   */
+  wakeups(buckets?: readonly number[]): number {
+    if (buckets === undefined) return this.#wakeups;
+    let n = this.#wakeupsAll;
+    for (const b of buckets) {
+      n += this.#bucketWakeups[b]!;
+      this.#listed[b] = 1;
+    }
+    return n;
   }
 
-  async waitForEvents(timeoutMs: number, signal: AbortSignal, since?: number): Promise<void> {
+  /** How the relay is woken now; in WAL mode, the slot and its lag (one query on pg_replication_slots). */
+  async wakeStatus(): Promise<WakeStatus> {
+    if (!this.#wal) return { mode: 'notify', slot: null, slotLagBytes: null };
+    const slot = this.#wal.slot;
+    if (slot === undefined) return { mode: this.#wal.state === 'fallback' ? 'fallback' : 'starting', slot: null, slotLagBytes: null };
+    const [s] = await walSlots(this.#db, this.names, slot);
+    return { mode: 'wal', slot, slotLagBytes: s ? s.lagBytes : null };
+  }
+
+  /** The `txbox_relay_wal_slot_lag_bytes` gauge: null unless WAL mode is streaming. */
+  async wakeSlotLagBytes(): Promise<number | null> {
+    if (!this.#wal) return null;
+    return (await this.wakeStatus()).slotLagBytes;
+  }
+
+  /**
+   * A wake-up: every waiter when `buckets` is null (NOTIFY carries no bucket), else
+   * the waiters of those buckets. A bucket this relay leases that no lane has
+   * listed since the leases changed (a lane waiting since before it took the
+   * lease) wakes everyone; a listed bucket whose lane is busy wakes no one (the
+   * lane sees the count when its claim returns); a bucket another relay leases
+   * wakes no one here.
+   */
+  #notified(buckets: readonly number[] | null = null): void {
+    this.#wakeups++;
+    if (buckets === null) {
+      this.#wakeupsAll++;
+      for (const w of this.#waiters) w.done();
+      return;
+    }
+    for (const b of buckets) this.#bucketWakeups[b]!++;
+    for (const b of buckets) {
+      if (this.#held !== null && this.#held[b] === 0) continue;
+      let found = false;
+      for (const w of this.#waiters) {
+        if (w.buckets === null || w.buckets[b] === 1) {
+          found = true;
+          w.done();
+        }
+      }
+      if (!found && this.#listed[b] === 0) {
+        for (const w of this.#waiters) w.done();
+        return;
+      }
+    }
+  }
+
+  #listen(): Promise<void> {
     this.#listening ??= this.#db
-      .listen(this.names.channel, () => {
-        this.#wakeups++;
-        for (const wake of this.#waiters) wake();
-      })
+      .listen(this.names.channel, () => this.#notified())
       .then((unlisten) => {
         this.#unlisten = unlisten;
       });
-    try {
-      await this.#listening;
-    } catch {
-      this.#listening = undefined; // LISTEN unavailable now: fall back to polling, retry next time
+    return this.#listening;
+  }
+
+  async waitForEvents(timeoutMs: number, signal: AbortSignal, since?: number, buckets?: readonly number[]): Promise<void> {
+    if (this.#wal) this.#wal.start();
+    if (!this.#wal || this.#wal.state === 'fallback') {
+      try {
+        await this.#listen();
+      } catch {
+        this.#listening = undefined; // LISTEN unavailable now: fall back to polling, retry next time
+      }
     }
-    if (since !== undefined && this.#wakeups !== since) return;
+    if (since !== undefined && this.wakeups(buckets) !== since) return;
     if (signal.aborted) return;
+    if (this.#wal?.streaming && this.#takeRecheck(buckets)) {
+      // The walsender can decode a commit a moment before the committing backend
+      // is visible to new snapshots: a claim right after the wake-up may miss its
+      // rows. Look again once, 1 ms later, before waiting for the next one.
+      timeoutMs = Math.min(timeoutMs, 1);
+    }
+    let interest: Uint8Array | null = null;
+    if (buckets !== undefined) {
+      interest = new Uint8Array(256);
+      for (const b of buckets) {
+        interest[b] = 1;
+        this.#listed[b] = 1;
+      }
+    }
     await new Promise<void>((resolve) => {
       const done = (): void => {
         clearTimeout(timer);
         signal.removeEventListener('abort', done);
-        this.#waiters.delete(done);
+        this.#waiters.delete(waiter);
         resolve();
       };
+      const waiter: Waiter = { done, buckets: interest };
       const timer = setTimeout(done, timeoutMs);
       signal.addEventListener('abort', done, { once: true });
-      this.#waiters.add(done);
+      this.#waiters.add(waiter);
     });
   }
 
+  /** Whether a WAL wake-up of these buckets (all: undefined) is still unanswered by rows; clears it. */
+  #takeRecheck(buckets: readonly number[] | undefined): boolean {
+    let any = false;
+    for (const b of buckets ?? this.#recheck.keys()) {
+      if (this.#recheck[b] === 1) {
+        any = true;
+        this.#recheck[b] = 0;
+      }
+    }
+    return any;
+  }
 
   async close(): Promise<void> {
-    for (const wake of this.#waiters) wake();
+    for (const w of this.#waiters) w.done();
+    await this.#wal?.close();
     await this.#listening?.catch(() => {});
     await this.#unlisten?.();
     this.#unlisten = undefined;

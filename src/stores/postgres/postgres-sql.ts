@@ -57,7 +57,8 @@ export function postgresNames(options: PostgresNamesOptions = {}, field = ''): P
 
 /** The payload as text: the relay hands it to transports as it is (see `OutboxEvent.payloadJson`). */
 const EVENT_COLUMNS = `o.seq, o.id, o.type, o.aggregate_type, o.aggregate_id, o.key, o.bucket, o.destination,
-  o.payload::text AS payload, o.headers, o.occurred_at, o.version, o.attempts, o.routes_done`;
+  o.payload::text AS payload, o.headers, o.occurred_at, o.version, o.attempts, o.routes_done,
+  (extract(epoch FROM o.created_at) * 1000)::float8 AS created_ms`;
 
 export { EVENT_COLUMNS };
 
@@ -185,8 +186,10 @@ export function claimSql(n: PostgresNames): string {
 const FENCED = `((o.bucket::bigint << 48) | i.token) = ANY ((SELECT pairs FROM fenced)::bigint[])`;
 
 export function completeSql(n: PostgresNames, deleteOnPublish: boolean): string {
-  // `blocker`: the row was backing off (it failed before: next_attempt_at set, so attempts >= 1
-  // before this publish), so rows may be held behind it (migration 005).
+  // `blocker`: the row was backing off or deferred, so rows may be held behind it (migration 005):
+  // it failed before (attempts >= 1 before this publish), or its destination was down (deferred:
+  // attempts unchanged, last_error set, which publishing leaves as it was). RETURNING sees the row
+  // after the UPDATE, where next_attempt_at is already NULL.
   const published = deleteOnPublish
     ? `DELETE FROM ${n.outbox} o USING input i
   WHERE i.outcome = 0 AND o.seq = i.seq AND o.state = 'pending' AND ${FENCED}
@@ -194,7 +197,7 @@ export function completeSql(n: PostgresNames, deleteOnPublish: boolean): string 
     : `UPDATE ${n.outbox} o SET state = 'published', done_at = now(), attempts = o.attempts + 1, next_attempt_at = NULL
   FROM input i
   WHERE i.outcome = 0 AND o.seq = i.seq AND o.state = 'pending' AND ${FENCED}
-  RETURNING o.seq, o.attempts > 1 AS blocker`;
+  RETURNING o.seq, (o.attempts > 1 OR o.last_error IS NOT NULL) AS blocker`;
   return `WITH input AS (
   SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::smallint[], $5::integer[], $6::text[], $7::text[])
     AS i(seq, token, outcome, delay_ms, error, routes)

@@ -22,6 +22,17 @@ export function isDestinationDownStatus(status: number): boolean {
 /** Network errors that mean nothing answers at the endpoint's address: refused, unknown host, DNS unavailable. */
 const DESTINATION_DOWN_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN']);
 
+/**
+ * undici's own error codes under the system codes they stand for, so that
+ * messages (and what users match in them) read as they did with node:http.
+ */
+const UNDICI_CODES: Readonly<Record<string, string>> = {
+  UND_ERR_SOCKET: 'ECONNRESET', // the server closed the connection before a complete answer
+  UND_ERR_CONNECT_TIMEOUT: 'ETIMEDOUT',
+  UND_ERR_HEADERS_TIMEOUT: 'ETIMEDOUT',
+  UND_ERR_BODY_TIMEOUT: 'ETIMEDOUT',
+};
+
 /** Statuses worth retrying: the receiver is slow, overloaded, or asks to try later. */
 export function isRetriableStatus(status: number): boolean {
   return status === 408 || status === 425 || status === 429 || status >= 500;
@@ -101,7 +112,8 @@ export function failedResponse(r: ResponseContext): PublishOutcome {
  */
 export function networkFailure(err: unknown, endpoint: string): PublishOutcome {
   const e = err as NodeJS.ErrnoException;
-  const code = typeof e?.code === 'string' ? e.code : 'ERROR';
+  const raw = typeof e?.code === 'string' ? e.code : 'ERROR';
+  const code = UNDICI_CODES[raw] ?? raw;
   const detail = e instanceof Error ? e.message : String(err);
   return fail(DESTINATION_DOWN_CODES.has(code) ? 'destination-down' : 'retriable', `${code}: POST ${endpoint} failed (${detail})`, err);
 }

@@ -1,12 +1,14 @@
 /**
- * One `publish()` call of the HTTP transport: events are POSTed concurrently,
- * at most `maxSockets` requests of the call at a time (a request object and
- * its body exist only while it is sent, which bounds memory on large
- * batches); one timer bounds the whole call, one abort listener cancels what
- * is still waiting, and the call resolves when every event has an outcome.
+ * One `publish()` call of the HTTP transport: events are POSTed concurrently
+ * through undici's dispatcher, at most `maxSockets` requests of the call at a
+ * time (a request's body exists only while it is sent, which bounds memory on
+ * large batches); one timer bounds the whole call, one abort listener cancels
+ * what is still waiting, and the call resolves when every event has an
+ * outcome. Requests go through `dispatch` with a handler, not undici's
+ * `request()`: no stream or promise per request.
  */
-import { request as httpRequest, type Agent as HttpAgent, type ClientRequest, type IncomingMessage } from 'node:http';
-import { request as httpsRequest, type Agent as HttpsAgent } from 'node:https';
+import type { IncomingHttpHeaders } from 'node:http';
+import type { Dispatcher } from 'undici';
 import { payloadText, type OutboxEvent } from '../../core/envelope.ts';
 import type { PublishOutcome } from '../../core/ports.ts';
 import { ceHeaderValue, forwardableHeaderName, isValidHeaderValue } from './http-headers.ts';
@@ -14,29 +16,83 @@ import { ACK, abortedFailure, bodyExcerpt, fail, failedResponse, networkFailure,
 import type { ResolvedHttpEndpoint, ResolvedHttpTransportOptions } from './http-transport-options.ts';
 import { signWebhook } from './webhook-signature.ts';
 
+/** Where an endpoint's requests go: undici's origin and path, and the Basic credentials of the URL's userinfo. */
+export interface HttpTarget {
+  readonly endpoint: ResolvedHttpEndpoint;
+  readonly origin: string;
+  readonly path: string;
+  /** `Basic ...` from the URL's userinfo, or null. Sent unless a static header sets `authorization`. */
+  readonly authorization: string | null;
+}
+
 export interface PublishContext {
   readonly options: ResolvedHttpTransportOptions;
-  readonly httpAgent: HttpAgent | null;
-  readonly httpsAgent: HttpsAgent | null;
+  /** One undici Agent: a keep-alive pool of `maxSockets` connections per origin. */
+  readonly dispatcher: Dispatcher;
+  readonly targets: ReadonlyMap<string, HttpTarget>;
 }
 
-/** One event's request: what was sent and how far the answer got. */
-interface Attempt {
-  readonly index: number;
-  readonly endpoint: ResolvedHttpEndpoint;
-  readonly body: Buffer;
-  readonly headers: Record<string, string>;
-  req: ClientRequest | null;
+/** Errors after which a request that got no answer is sent again once, at once: the server closed the keep-alive connection as we wrote. */
+const STALE_SOCKET = new Set(['ECONNRESET', 'EPIPE', 'UND_ERR_SOCKET']);
+
+/** One event's request: what is sent and how far the answer got. */
+class Attempt {
   /** 0 until the status line arrives. */
-  status: number;
-  response: IncomingMessage | null;
-  chunks: Buffer[];
-  excerptBytes: number;
-  retried: boolean;
+  status = 0;
+  responseHeaders: IncomingHttpHeaders | null = null;
+  chunks: Buffer[] = [];
+  excerptBytes = 0;
+  retried = false;
+  /** The running dispatch, to abort it; null before undici starts it. */
+  controller: Dispatcher.DispatchController | null = null;
+  /** The handler of the latest dispatch: callbacks of one replaced by a resend are ignored. */
+  handler: AttemptHandler | null = null;
+
+  constructor(
+    readonly index: number,
+    readonly target: HttpTarget,
+    readonly body: Buffer,
+    readonly headers: Record<string, string>,
+  ) {}
 }
 
-/** Errors after which a request on a reused keep-alive socket is sent again at once: the server closed the idle socket as we wrote. */
-const STALE_SOCKET = new Set(['ECONNRESET', 'EPIPE']);
+/** undici's callbacks for one dispatch of an attempt (a resend is a new dispatch with a new handler). */
+class AttemptHandler implements Dispatcher.DispatchHandler {
+  constructor(
+    private readonly call: PublishCall,
+    private readonly a: Attempt,
+  ) {}
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    // Settled while it waited for a connection (timeout, abort): never send it.
+    if (this.call.settled(this.a.index)) return controller.abort(new Error('the publish call already gave this event an outcome'));
+    this.a.controller = controller;
+  }
+
+  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
+    this.a.status = statusCode;
+    this.a.responseHeaders = headers;
+  }
+
+  onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    const a = this.a;
+    // A 2xx body is read and dropped (the ack waits for its end); an error body is kept up to the excerpt's size.
+    if (a.status >= 200 && a.status < 300) return;
+    if (a.excerptBytes >= this.call.excerptLimit) return;
+    a.chunks.push(chunk);
+    a.excerptBytes += chunk.length;
+  }
+
+  onResponseEnd(): void {
+    this.a.controller = null;
+    this.call.answered(this.a);
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
+    this.a.controller = null;
+    this.call.failed(this.a, this, err);
+  }
+}
 
 export class PublishCall {
   readonly #ctx: PublishContext;
@@ -44,6 +100,8 @@ export class PublishCall {
   readonly #signal: AbortSignal;
   readonly #outcomes: (PublishOutcome | undefined)[];
   readonly #attempts: (Attempt | null)[];
+  /** Bytes of an error body kept for its excerpt. */
+  readonly excerptLimit: number;
   #pending: number;
   /** The next event to send, and how many sent ones still wait for an outcome. */
   #next = 0;
@@ -62,6 +120,7 @@ export class PublishCall {
     this.#outcomes = new Array<PublishOutcome | undefined>(events.length);
     this.#attempts = new Array<Attempt | null>(events.length).fill(null);
     this.#pending = events.length;
+    this.excerptLimit = ctx.options.errorBodyChars * 4;
   }
 
   run(): Promise<PublishOutcome[]> {
@@ -79,6 +138,27 @@ export class PublishCall {
     });
   }
 
+  settled(index: number): boolean {
+    return this.#outcomes[index] !== undefined;
+  }
+
+  /** The whole answer arrived. */
+  answered(a: Attempt): void {
+    if (this.#outcomes[a.index] === undefined) this.#settle(a.index, this.#outcomeOf(a));
+  }
+
+  /** The dispatch failed: before an answer (network), or while its body was read. */
+  failed(a: Attempt, handler: AttemptHandler, err: Error): void {
+    if (this.#outcomes[a.index] !== undefined || a.handler !== handler) return;
+    const code = (err as NodeJS.ErrnoException).code ?? '';
+    if (a.status === 0 && !a.retried && STALE_SOCKET.has(code)) {
+      a.retried = true;
+      this.#dispatch(a);
+      return;
+    }
+    this.#settle(a.index, a.status === 0 ? networkFailure(err, a.target.endpoint.display) : this.#outcomeOf(a));
+  }
+
   /** Starts requests until `maxSockets` of this call are in flight or none are left. */
   #pump(): void {
     if (this.#pumping) return; // a request that settled while being started: the running loop goes on
@@ -92,91 +172,58 @@ export class PublishCall {
 
   #begin(index: number, timestamp: string): void {
     const event = this.#events[index]!;
-    const endpoint = this.#ctx.options.endpoints.get(event.destination);
-    if (endpoint === undefined) {
+    const target = this.#ctx.targets.get(event.destination);
+    if (target === undefined) {
       this.#settle(index, fail('permanent', `unknown destination ${JSON.stringify(event.destination)}: add it to endpoints`));
       return;
     }
     let body: Buffer;
     let headers: Record<string, string>;
     try {
-      body = Buffer.from(serializeEnvelope(event), 'utf8');
-      headers = this.#headers(event, body, timestamp);
+      const occurredAt = event.occurredAt.toISOString();
+      body = Buffer.from(serializeEnvelope(event, occurredAt), 'utf8');
+      headers = this.#headers(event, target, body, timestamp, occurredAt);
     } catch (err) {
       const reason = err instanceof Error ? `${err.name}: ${err.message}` : 'unknown error';
-      this.#settle(index, fail('permanent', `cannot build the request for POST ${endpoint.display}: ${reason}`, err));
+      this.#settle(index, fail('permanent', `cannot build the request for POST ${target.endpoint.display}: ${reason}`, err));
       return;
     }
-    const attempt: Attempt = { index, endpoint, body, headers, req: null, status: 0, response: null, chunks: [], excerptBytes: 0, retried: false };
+    const attempt = new Attempt(index, target, body, headers);
     this.#attempts[index] = attempt;
-    this.#send(attempt);
+    this.#dispatch(attempt);
   }
 
-  #send(a: Attempt): void {
-    const { endpoint } = a;
-    const options = {
-      ...endpoint.request,
-      agent: (endpoint.secure ? this.#ctx.httpsAgent : this.#ctx.httpAgent) ?? undefined,
-      headers: a.headers,
-    };
-    let req: ClientRequest;
+  #dispatch(a: Attempt): void {
+    const handler = new AttemptHandler(this, a);
+    a.handler = handler;
+    const { timeoutMs } = this.#ctx.options;
     try {
-      req = endpoint.secure ? httpsRequest(options) : httpRequest(options);
+      this.#ctx.dispatcher.dispatch(
+        // undici's own timeouts only back up the call's timer, which fires first (it started earlier).
+        { origin: a.target.origin, path: a.target.path, method: 'POST', headers: a.headers, body: a.body, headersTimeout: timeoutMs, bodyTimeout: timeoutMs },
+        handler,
+      );
     } catch (err) {
-      // Node refused the request before sending it (a header or path it will not write): resending cannot help.
-      const reason = err instanceof Error ? err.message : String(err);
-      this.#settle(a.index, fail('permanent', `cannot send POST ${endpoint.display}: ${reason}`, err));
-      return;
+      // The dispatcher is closed or destroyed (close() raced this call).
+      this.#settle(a.index, networkFailure(err, a.target.endpoint.display));
     }
-    a.req = req;
-    req.on('response', (res) => this.#onResponse(a, res));
-    req.on('error', (err: NodeJS.ErrnoException) => {
-      if (this.#outcomes[a.index] !== undefined || a.req !== req) return;
-      if (a.status === 0 && !a.retried && req.reusedSocket && STALE_SOCKET.has(err.code ?? '')) {
-        a.retried = true;
-        this.#send(a);
-        return;
-      }
-      this.#settle(a.index, a.status === 0 ? networkFailure(err, endpoint.display) : this.#answered(a));
-    });
-    req.end(a.body);
-  }
-
-  #onResponse(a: Attempt, res: IncomingMessage): void {
-    a.status = res.statusCode ?? 0;
-    a.response = res;
-    const done = (): void => {
-      if (this.#outcomes[a.index] === undefined) this.#settle(a.index, this.#answered(a));
-    };
-    res.on('end', done);
-    res.on('close', done);
-    res.on('error', done);
-    if (a.status >= 200 && a.status < 300) {
-      res.resume(); // drain, so that the socket goes back to the pool
-      return;
-    }
-    const limit = this.#ctx.options.errorBodyChars * 4;
-    res.on('data', (chunk: Buffer) => {
-      if (a.excerptBytes >= limit) return;
-      a.chunks.push(chunk);
-      a.excerptBytes += chunk.length;
-    });
   }
 
   /** The outcome of a request whose status line arrived. */
-  #answered(a: Attempt): PublishOutcome {
+  #outcomeOf(a: Attempt): PublishOutcome {
     if (a.status >= 200 && a.status < 300) return ACK;
-    const res = a.response!;
+    const headers = a.responseHeaders ?? {};
+    const contentType = headers['content-type'];
     return failedResponse({
-      destination: a.endpoint.destination,
-      endpoint: a.endpoint.display,
+      destination: a.target.endpoint.destination,
+      endpoint: a.target.endpoint.display,
       status: a.status,
-      headers: res.headers,
-      excerpt: bodyExcerpt(a.chunks, res.headers['content-type'], this.#ctx.options.errorBodyChars),
+      headers,
+      excerpt: bodyExcerpt(a.chunks, Array.isArray(contentType) ? contentType[0] : contentType, this.#ctx.options.errorBodyChars),
     });
   }
 
-  /** Timeout or abort: every event still waiting gets an outcome now and its request is destroyed. */
+  /** Timeout or abort: every event still waiting gets an outcome now and its request is aborted. */
   #cancelAll(failure: (endpoint: string) => PublishOutcome): void {
     const unsent = this.#next;
     for (let i = unsent; i < this.#events.length; i++) this.#settle(i, failure(this.#endpointName(i)));
@@ -184,9 +231,11 @@ export class PublishCall {
     for (let i = 0; i < unsent; i++) {
       const a = this.#attempts[i];
       if (a === null || a === undefined || this.#outcomes[i] !== undefined) continue;
+      const controller = a.controller;
       // A 2xx status line is the ack even if the body was still coming.
-      this.#settle(i, a.status === 0 ? failure(a.endpoint.display) : this.#answered(a));
-      a.req?.destroy();
+      this.#settle(i, a.status === 0 ? failure(a.target.endpoint.display) : this.#outcomeOf(a));
+      // Frees the connection; a dispatch still waiting for one is aborted when undici starts it (onRequestStart).
+      controller?.abort(new Error('the publish call timed out or was aborted'));
     }
   }
 
@@ -209,10 +258,10 @@ export class PublishCall {
 
   #endpointName(index: number): string {
     const destination = this.#events[index]!.destination;
-    return this.#ctx.options.endpoints.get(destination)?.display ?? `destination ${JSON.stringify(destination)}`;
+    return this.#ctx.targets.get(destination)?.endpoint.display ?? `destination ${JSON.stringify(destination)}`;
   }
 
-  #headers(event: OutboxEvent, body: Buffer, timestamp: string): Record<string, string> {
+  #headers(event: OutboxEvent, target: HttpTarget, body: Buffer, timestamp: string, occurredAt: string): Record<string, string> {
     const o = this.#ctx.options;
     const h: Record<string, string> = {};
     const eventHeaders = event.headers;
@@ -224,6 +273,7 @@ export class PublishCall {
       }
     }
     Object.assign(h, o.headers);
+    if (target.authorization !== null && h['authorization'] === undefined) h['authorization'] = target.authorization;
     h['content-type'] = 'application/json';
     h['content-length'] = String(body.length);
     h['ce-specversion'] = '1.0';
@@ -231,7 +281,7 @@ export class PublishCall {
     h['ce-type'] = ceHeaderValue(event.type);
     h['ce-source'] = o.source;
     h['ce-subject'] = ceHeaderValue(`${event.aggregateType}:${event.aggregateId}`);
-    h['ce-time'] = event.occurredAt.toISOString();
+    h['ce-time'] = occurredAt;
     h['ce-partitionkey'] = ceHeaderValue(event.key);
     if (!isValidHeaderValue(event.id)) throw new TypeError('the event id contains characters not allowed in an HTTP header');
     h['webhook-id'] = event.id;
@@ -245,14 +295,15 @@ export class PublishCall {
 
 /**
  * The JSON body: the envelope's fields only (a StoredEvent's bookkeeping stays
- * out). A stored payload's JSON text goes in as it is.
+ * out). A stored payload's JSON text goes in as it is; `occurredAt` is the
+ * ISO string the `ce-time` header carries too (it needs no JSON escaping).
  */
-function serializeEnvelope(e: OutboxEvent): string {
+function serializeEnvelope(e: OutboxEvent, occurredAt: string): string {
   const payload = payloadText(e) ?? 'null';
   const j = JSON.stringify;
   return (
     `{"id":${j(e.id)},"type":${j(e.type)},"aggregateType":${j(e.aggregateType)},"aggregateId":${j(e.aggregateId)},` +
     `"key":${j(e.key)},"destination":${j(e.destination)},"payload":${payload},"headers":${j(e.headers)},` +
-    `"occurredAt":${j(e.occurredAt.toISOString())},"version":${j(e.version ?? null)}}`
+    `"occurredAt":"${occurredAt}","version":${j(e.version ?? null)}}`
   );
 }

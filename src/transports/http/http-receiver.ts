@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import type { OutboxEvent } from '../../core/envelope.ts';
 import { ConfigError } from '../../core/errors.ts';
 import { silentLogger, type Logger } from '../../core/logger.ts';
+import { runTraced, startConsumerTrace } from '../../core/consumer-tracing.ts';
 import { parseEnvelope } from './http-envelope.ts';
 import { missingSecretError, verifyWebhook, webhookKey, type WebhookSecret } from './webhook-signature.ts';
 
@@ -121,15 +122,20 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
       if (!res.writableFinished) aborted.abort(new Error('the sender disconnected before the answer'));
     });
     const ctx: WebhookContext = { webhookId, timestamp, verified: secrets !== null, headers: req.headers, signal: aborted.signal };
+    // The span of this event (child of the trace context in the envelope, else in the HTTP headers); an inbox behind onEvent joins it.
+    const trace = startConsumerTrace(parsed.event, {}, req.headers);
     try {
-      await onEvent(parsed.event, ctx);
+      await runTraced(trace, () => onEvent(parsed.event, ctx));
     } catch (err) {
+      trace?.fail(err instanceof Error ? err.message : String(err));
+      trace?.end();
       logger.error(
         { eventId: parsed.event.id, type: parsed.event.type, err: err instanceof Error ? err.message : String(err) },
         'txbox webhook receiver: onEvent failed; answered 500 so the sender retries',
       );
       return reply(res, 500, 'the event handler failed');
     }
+    trace?.end();
     reply(res, 204, '');
   }
 

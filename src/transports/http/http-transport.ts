@@ -1,10 +1,10 @@
-import { Agent as HttpAgent } from 'node:http';
-import { Agent as HttpsAgent } from 'node:https';
+import { createRequire } from 'node:module';
+import type * as Undici from 'undici';
 import type { OutboxEvent } from '../../core/envelope.ts';
 import type { PublishOutcome, Transport } from '../../core/ports.ts';
 import { fail } from './http-outcomes.ts';
-import { PublishCall, type PublishContext } from './http-publish-call.ts';
-import { resolveHttpTransportOptions, type HttpTransportOptions, type ResolvedHttpTransportOptions } from './http-transport-options.ts';
+import { PublishCall, type HttpTarget, type PublishContext } from './http-publish-call.ts';
+import { resolveHttpTransportOptions, type HttpTransportOptions, type ResolvedHttpEndpoint, type ResolvedHttpTransportOptions } from './http-transport-options.ts';
 
 export {
   resolveHttpTransportOptions,
@@ -75,23 +75,39 @@ export class HttpTransport implements Transport {
 
   async #close(): Promise<void> {
     await Promise.allSettled([...this.#inFlight]);
-    this.#ctx.httpAgent?.destroy();
-    this.#ctx.httpsAgent?.destroy();
+    await this.#ctx.dispatcher.destroy();
   }
 
   #openContext(): PublishContext {
     const o = this.#options;
-    const pool = { keepAlive: true, maxSockets: o.maxSockets, maxFreeSockets: o.maxSockets, scheduling: 'lifo' } as const;
-    let http = false;
-    let https = false;
-    for (const e of o.endpoints.values()) {
-      if (e.secure) https = true;
-      else http = true;
-    }
+    const { Agent } = loadUndici();
+    const targets = new Map<string, HttpTarget>();
+    for (const [destination, endpoint] of o.endpoints) targets.set(destination, httpTarget(endpoint));
     return {
       options: o,
-      httpAgent: http ? new HttpAgent(pool) : null,
-      httpsAgent: https ? new HttpsAgent({ ...o.tls, ...pool }) : null,
+      // One pool of keep-alive connections per origin; TLS options apply to https origins only.
+      dispatcher: new Agent({ connections: o.maxSockets, pipelining: 1, connect: { ...o.tls } }),
+      targets,
     };
   }
+}
+
+let undici: typeof Undici | undefined;
+
+/** undici, loaded by the first HttpTransport: importing `txbox/http` for the receiver or the signing functions does not load it. */
+function loadUndici(): typeof Undici {
+  undici ??= createRequire(import.meta.url)('undici') as typeof Undici;
+  return undici;
+}
+
+function httpTarget(endpoint: ResolvedHttpEndpoint): HttpTarget {
+  const { protocol, hostname, port, path, auth } = endpoint.request;
+  const host = hostname!.includes(':') ? `[${hostname!}]` : hostname!;
+  return {
+    endpoint,
+    origin: `${protocol!}//${host}${port === undefined || port === null || port === '' ? '' : `:${String(port)}`}`,
+    path: path ?? '/',
+    // As node:http sent the URL's userinfo: Basic, unless a static header sets authorization.
+    authorization: auth ? `Basic ${Buffer.from(auth).toString('base64')}` : null,
+  };
 }

@@ -1,8 +1,9 @@
 /**
  * `txbox/http`: the HTTP webhook transport (one signed POST per event, a 2xx
  * answer is the ack), Standard Webhooks signing and verification, and a
- * webhook receiver for the consuming side. Only `node:` modules; no
- * dependency. See docs/transports/http.md.
+ * webhook receiver for the consuming side. The transport sends through
+ * undici (a dependency, loaded by the first HttpTransport); the rest uses
+ * `node:` modules only. See docs/transports/http.md.
  *
  * @example
  * import { HttpTransport } from 'txbox/http';

@@ -4,6 +4,7 @@ import { ConfigError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import type { Inbox } from '../../inbox/inbox.ts';
 import type { InboxQueue } from '../../inbox/inbox-worker.ts';
+import { int, pick } from '../../inbox/consumer/consumer-options.ts';
 import { resolveKafkaTransportOptions, topicOf, type KafkaTransportOptions, type ResolvedKafkaTransportOptions } from './kafka-transport-options.ts';
 
 type ConnectionFields = 'brokers' | 'clientId' | 'ssl' | 'sasl' | 'kafka' | 'requestTimeoutMs' | 'connectionTimeoutMs' | 'topicPrefix' | 'logger';
@@ -195,18 +196,6 @@ function deadLetters(value: string | null | undefined, topics: readonly string[]
     map.set(topic, dead);
   }
   return map;
-}
-
-function pick<T extends object, K extends keyof T>(o: T, keys: readonly K[]): Partial<Pick<T, K>> {
-  const out: Partial<Pick<T, K>> = {};
-  for (const k of keys) if (o[k] !== undefined) out[k] = o[k];
-  return out;
-}
-
-function int(field: string, value: number | undefined, fallback: number, min: number, max: number): number {
-  if (value === undefined) return fallback;
-  if (!Number.isSafeInteger(value) || value < min || value > max) throw new ConfigError(field, `must be an integer from ${min} to ${max}, got ${String(value)}`);
-  return value;
 }
 
 /** The kafkajs client these options describe: the given instance, or a new one whose log lines go to the logger. */

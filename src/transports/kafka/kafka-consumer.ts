@@ -5,23 +5,21 @@
  * kafka-client.ts, covers producing).
  */
 import type { Consumer as KafkaJsConsumer, EachBatchPayload, IHeaders, Kafka, KafkaMessage, Producer } from 'kafkajs';
-import { keyHash, TypedEmitter } from '../../core/emitter.ts';
+import { FiringEmitter, keyHash } from '../../core/emitter.ts';
 import type { OutboxEvent } from '../../core/envelope.ts';
 import { ConfigError, TransportError } from '../../core/errors.ts';
-import type { Consumer, InboxOutcome } from '../../core/inbox-ports.ts';
-import type { Inbox } from '../../inbox/inbox.ts';
-import type { InboxQueue } from '../../inbox/inbox-worker.ts';
-import { KeyedDispatcher } from '../../inbox/keyed-dispatcher.ts';
+import type { HealthReport } from '../../core/health.ts';
+import type { Consumer } from '../../core/inbox-ports.ts';
+import { ConsumerCore, within, type ConsumerCounts, type ConsumerErrorEvent } from '../../inbox/consumer/consumer-core.ts';
+import { DeliveryCore } from '../../inbox/consumer/delivery-core.ts';
 import { CLIENT_RETRY, consumerConfigOf, kafkaOf, resolveKafkaConsumerOptions, type KafkaConsumerOptions, type ResolvedKafkaConsumerOptions } from './kafka-consumer-options.ts';
-import { parseKafkaMessage, type ParsedKafkaMessage } from './kafka-message.ts';
-import { startError } from './kafka-outcomes.ts';
+import { BatchRun, Generation, type BatchHost } from './kafka-batch-run.ts';
+import { kafkaOutage, startError } from './kafka-outcomes.ts';
 
 export { resolveKafkaConsumerOptions, type KafkaConsumerOptions, type ResolvedKafkaConsumerOptions } from './kafka-consumer-options.ts';
 
-/** A handler retry due within this many ms waits in place; a later one pauses the partition instead (see #settle). */
+/** A handler retry due within this many ms waits in place; a later one pauses the partition instead (see #retryLater). */
 const RETRY_IN_PLACE_MS = 1000;
-/** During a long batch, progress is committed at least this often. */
-const COMMIT_EVERY_MS = 1000;
 /** Records stored per inbox-queue transaction in worker mode. */
 const QUEUE_CHUNK = 500;
 const START_RETRY = { retries: 2, initialRetryTime: 100, maxRetryTime: 1000 } as const;
@@ -47,27 +45,14 @@ export interface KafkaConsumerEvents {
   /** The group is rebalancing: in-flight records finished and were committed; this process rejoins. */
   rebalancing: { readonly groupId: string };
   /** A Kafka, inbox or queue operation failed; it is retried (the record stays uncommitted meanwhile). */
-  error: { readonly operation: string; readonly message: string };
+  error: ConsumerErrorEvent;
 }
 
 /** The typed emitter of `KafkaConsumer.events`. */
-export class KafkaConsumerEmitter extends TypedEmitter<KafkaConsumerEvents> {
-  /** @internal */
-  fire<K extends keyof KafkaConsumerEvents>(name: K, payload: KafkaConsumerEvents[K]): void {
-    this.emit(name, payload);
-  }
-}
+export class KafkaConsumerEmitter extends FiringEmitter<KafkaConsumerEvents> {}
 
 /** Counters since construction. */
-export interface KafkaConsumerStats {
-  received: number;
-  processed: number;
-  duplicate: number;
-  ignored: number;
-  held: number;
-  queued: number;
-  dead: number;
-  rejected: number;
+export interface KafkaConsumerStats extends ConsumerCounts {
   /** Handler failures retried (in place or after a pause). */
   retried: number;
   paused: number;
@@ -80,160 +65,6 @@ interface Session {
   readonly consumer: KafkaJsConsumer;
   readonly producer: Producer | null;
   readonly off: (() => void)[];
-}
-
-/** One group generation as this process sees it: revoked once a heartbeat or commit says the group is rebalancing. */
-class Generation {
-  revoked = false;
-  readonly abort = new AbortController();
-  revoke(): void {
-    this.revoked = true;
-    this.abort.abort();
-  }
-}
-
-interface BatchHost {
-  readonly heartbeatIntervalMs: number;
-  /** A heartbeat or commit failed: a rebalance revokes the generation, anything else is logged. */
-  failed(operation: string, err: unknown, generation: Generation): void;
-  committed(topic: string, partition: number, offset: string): void;
-}
-
-/** One fetched batch of one partition: which records finished, what is committed, and whether to go on. */
-class BatchRun {
-  readonly topic: string;
-  readonly partition: number;
-  readonly messages: readonly KafkaMessage[];
-  readonly signal: AbortSignal;
-  /** Why the batch stopped taking records; null while it goes on. */
-  halt: 'stopping' | 'revoked' | 'stale' | 'backoff' | null = null;
-  backoffMs = 0;
-  readonly #p: EachBatchPayload;
-  readonly #generation: Generation;
-  readonly #host: BatchHost;
-  readonly #destination: string;
-  readonly #parsed: (ParsedKafkaMessage | undefined)[] = [];
-  readonly #done: boolean[] = [];
-  /** Index of the first record not finished: everything before it may be committed. */
-  #next = 0;
-  #committedIndex = -1;
-  #lastCommit = performance.now();
-  #committing: Promise<void> = Promise.resolve();
-  readonly #timer: NodeJS.Timeout;
-  readonly #detach: (() => void)[] = [];
-
-  constructor(p: EachBatchPayload, generation: Generation, stop: AbortSignal, host: BatchHost, destination: string) {
-    this.#p = p;
-    this.topic = p.batch.topic;
-    this.partition = p.batch.partition;
-    this.messages = p.batch.messages;
-    this.#generation = generation;
-    this.#host = host;
-    this.#destination = destination;
-    // Not AbortSignal.any: its dependants stay attached to a long-lived source signal on Node 20.
-    const controller = new AbortController();
-    const abort = (): void => controller.abort();
-    this.signal = controller.signal;
-    for (const source of [stop, generation.abort.signal]) {
-      if (source.aborted) controller.abort();
-      source.addEventListener('abort', abort, { once: true });
-      this.#detach.push(() => source.removeEventListener('abort', abort));
-    }
-    // Heartbeats go on while a handler runs or waits; a rebalance seen by one revokes the generation.
-    this.#timer = setInterval(() => void this.beat(), host.heartbeatIntervalMs);
-  }
-
-  parsed(i: number): ParsedKafkaMessage {
-    return (this.#parsed[i] ??= parseKafkaMessage(this.messages[i]!, this.#destination));
-  }
-
-  /** Whether to start another record: not while stopping, after a rebalance, after a seek, or after a backoff. */
-  take(): boolean {
-    if (this.halt !== null) return false;
-    if (this.signal.aborted || !this.#p.isRunning()) this.halt = this.#generation.revoked ? 'revoked' : 'stopping';
-    else if (this.#p.isStale()) this.halt = 'stale';
-    return this.halt === null;
-  }
-
-  /** Stops the batch at a record whose retry is due later: the partition is paused for `ms`. */
-  backoff(ms: number): void {
-    this.halt ??= 'backoff';
-    this.backoffMs = Math.max(this.backoffMs, ms);
-  }
-
-  finish(i: number): void {
-    this.#done[i] = true;
-    const before = this.#next;
-    while (this.#done[this.#next]) this.#next++;
-    // The fetch position: the next fetch of this partition starts after the last contiguous finished record.
-    if (this.#next > before) this.#p.resolveOffset(this.messages[this.#next - 1]!.offset);
-  }
-
-  commitDue(): boolean {
-    return performance.now() - this.#lastCommit >= COMMIT_EVERY_MS;
-  }
-
-  /** Commits offset + 1 of the last record below which all finished (never throws). */
-  commit(): Promise<void> {
-    this.#committing = this.#committing.then(() => this.#commitNow());
-    return this.#committing;
-  }
-
-  async #commitNow(): Promise<void> {
-    const last = this.#next - 1;
-    if (last <= this.#committedIndex) return;
-    const offset = (BigInt(this.messages[last]!.offset) + 1n).toString();
-    try {
-      // The payload's commit has no "is running" check, so progress is committed while stopping too.
-      await this.#p.commitOffsetsIfNecessary({ topics: [{ topic: this.topic, partitions: [{ partition: this.partition, offset }] }] });
-      this.#committedIndex = last;
-      this.#lastCommit = performance.now();
-      this.#host.committed(this.topic, this.partition, offset);
-    } catch (err) {
-      this.#host.failed('commit', err, this.#generation);
-    }
-  }
-
-  async beat(): Promise<void> {
-    try {
-      await this.#p.heartbeat();
-    } catch (err) {
-      this.#host.failed('heartbeat', err, this.#generation);
-    }
-  }
-
-  /** Waits `ms`; false when stopping or the generation was revoked first. */
-  wait(ms: number): Promise<boolean> {
-    const signal = this.signal;
-    if (signal.aborted) return Promise.resolve(false);
-    return new Promise((resolve) => {
-      const done = (ok: boolean): void => {
-        clearTimeout(timer);
-        signal.removeEventListener('abort', onAbort);
-        resolve(ok);
-      };
-      const onAbort = (): void => done(false);
-      const timer = setTimeout(() => done(true), ms);
-      signal.addEventListener('abort', onAbort, { once: true });
-    });
-  }
-
-  /** Runs `fn` until it resolves, with backoff after each error; null once stopping or revoked. */
-  async retrying<T>(operation: string, fn: () => Promise<T>, onError: (operation: string, err: unknown) => void): Promise<T | null> {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await fn();
-      } catch (err) {
-        onError(operation, err);
-        if (!(await this.wait(Math.min(30_000, 200 * 2 ** Math.min(attempt, 8))))) return null;
-      }
-    }
-  }
-
-  end(): void {
-    clearInterval(this.#timer);
-    for (const detach of this.#detach) detach();
-  }
 }
 
 /**
@@ -260,10 +91,7 @@ export class KafkaConsumer implements Consumer {
   readonly #o: ResolvedKafkaConsumerOptions;
   readonly #host: BatchHost;
   readonly #timers = new Set<NodeJS.Timeout>();
-  #state: 'stopped' | 'starting' | 'running' | 'stopping' = 'stopped';
-  #starting: Promise<void> | null = null;
-  #stopping: Promise<void> | null = null;
-  #stop = new AbortController();
+  readonly #core: ConsumerCore;
   #session: Session | null = null;
   #generation = new Generation();
   #assignment: Readonly<Record<string, readonly number[]>> = {};
@@ -285,6 +113,25 @@ export class KafkaConsumer implements Consumer {
         this.events.fire('committed', { topic, partition, offset });
       },
     };
+    const o = this.#o;
+    this.#core = new ConsumerCore({
+      name: 'kafka',
+      logger: o.logger,
+      context: () => ({ groupId: o.groupId }),
+      onError: (operation, message) => this.events.fire('error', { operation, message }),
+      connected: () => this.#session !== null && Object.keys(this.#assignment).length > 0,
+      describe: messageOf,
+      outage: kafkaOutage,
+    });
+  }
+
+  get #state(): ConsumerCore['state'] {
+    return this.#core.state;
+  }
+
+  /** Running with partitions assigned, and the last failure if it has not recovered. */
+  health(): Promise<HealthReport> {
+    return this.#core.health();
   }
 
   /** The partitions the group gave this process at its last (re)join. */
@@ -297,12 +144,13 @@ export class KafkaConsumer implements Consumer {
    * group and starts fetching; resolves once the group assigned partitions.
    * Throws ConfigError naming `brokers`, `sasl`, `topics`, `deadLetterTopic`,
    * `groupId` or `sessionTimeoutMs`.
+   * While the broker does not answer (refused, unknown host, timeout) it
+   * keeps trying with capped backoff (0.5 s doubling to 15 s), a warning and
+   * an `error` event per attempt, until connected or stop(); stop() makes it
+   * reject with AbortedError.
    */
-  async start(): Promise<void> {
-    if (this.#stopping) await this.#stopping;
-    if (this.#state === 'running') return;
-    this.#starting ??= this.#start().finally(() => (this.#starting = null));
-    return this.#starting;
+  start(): Promise<void> {
+    return this.#core.start(() => this.#start());
   }
 
   /**
@@ -312,18 +160,11 @@ export class KafkaConsumer implements Consumer {
    * other processes (or the next start) and are skipped by the inbox if done.
    */
   stop(): Promise<void> {
-    if (this.#state === 'stopped' && !this.#starting) return Promise.resolve();
-    this.#stopping ??= (async () => {
-      if (this.#starting) await this.#starting.catch(() => {});
-      await this.#stopNow();
-    })().finally(() => (this.#stopping = null));
-    return this.#stopping;
+    return this.#core.stop(() => this.#stopNow());
   }
 
   async #start(): Promise<void> {
     const o = this.#o;
-    this.#state = 'starting';
-    this.#stop = new AbortController();
     this.#generation = new Generation();
     this.#restarts = 0;
     let producer: Producer | null = null;
@@ -353,10 +194,8 @@ export class KafkaConsumer implements Consumer {
       this.#session = null;
       await consumer?.disconnect().catch(() => {});
       await producer?.disconnect().catch(() => {});
-      this.#state = 'stopped';
       throw err;
     }
-    this.#state = 'running';
     o.logger.info({ groupId: o.groupId, topics: o.topics, brokers: o.connection.display }, 'txbox kafka consumer: started');
   }
 
@@ -419,10 +258,8 @@ export class KafkaConsumer implements Consumer {
 
   async #stopNow(): Promise<void> {
     const session = this.#session;
-    if (this.#state !== 'running' || !session) return;
+    if (!session) return;
     const o = this.#o;
-    this.#state = 'stopping';
-    this.#stop.abort();
     for (const t of this.#timers) clearTimeout(t);
     this.#timers.clear();
     // kafkajs stops fetching, waits for the running batches (which finish their record and commit), leaves the group.
@@ -433,7 +270,6 @@ export class KafkaConsumer implements Consumer {
     for (const f of session.off) f();
     this.#session = null;
     this.#assignment = {};
-    this.#state = 'stopped';
     o.logger.info({ groupId: o.groupId }, 'txbox kafka consumer: stopped');
   }
 
@@ -472,14 +308,42 @@ export class KafkaConsumer implements Consumer {
     return startError(err, o.connection);
   }
 
+  /**
+   * One partition's fetched batch runs on the shared DeliveryCore (a record is
+   * its index in the batch): each key's records in offset order, several keys
+   * at once (`keyConcurrency`), worker mode's chunks per transaction. An ack
+   * finishes the record; only the finished prefix is committed.
+   */
   async #eachBatch(p: EachBatchPayload): Promise<void> {
     const o = this.#o;
-    const run = new BatchRun(p, this.#generation, this.#stop.signal, this.#host, o.destinations.get(p.batch.topic) ?? '');
+    const run = new BatchRun(p, this.#generation, this.#core.signal, this.#host, o.destinations.get(p.batch.topic) ?? '');
+    const deliveries = new DeliveryCore<number>({
+      core: this.#core,
+      handler: o.handler,
+      concurrency: o.keyConcurrency,
+      batch: QUEUE_CHUNK,
+      noun: 'record',
+      port: {
+        ack: (i) => this.#finish(run, i),
+        deadLetter: (i, reason, event, attempts) => this.#deadLetter(run, i, reason, event, attempts),
+        // Not finished: stays uncommitted, and is fetched again (by this process or the partition's next owner).
+        release: () => {},
+        signal: () => run.signal,
+        // Not while stopping, after a rebalance, after a seek, or after a backoff.
+        admit: () => (run.take() ? (this.stats.received++, 'handle') : 'release'),
+        retryLater: (i, event, attempts, delayMs) => this.#retryLater(run, i, event, attempts, delayMs),
+      },
+      hooks: {
+        settled: (i, event, status, durationMs) => {
+          if (status === 'dead') return;
+          this.stats[status]++;
+          this.events.fire('settled', { topic: run.topic, partition: run.partition, offset: run.messages[i]!.offset, id: event.id, type: event.type, status, durationMs });
+        },
+      },
+    });
     try {
-      const h = o.handler;
-      if (h.kind === 'queue') await this.#queueBatch(run, h.queue);
-      else if (o.keyConcurrency === 1) await this.#sequentialBatch(run, h.inbox);
-      else await this.#keyedBatch(run, h.inbox);
+      run.messages.forEach((_, i) => deliveries.accept(i, run.parsed(i)));
+      await deliveries.onIdle();
     } finally {
       await run.commit();
       run.end();
@@ -495,142 +359,49 @@ export class KafkaConsumer implements Consumer {
     }
   }
 
-  async #sequentialBatch(run: BatchRun, inbox: Inbox): Promise<void> {
-    for (let i = 0; i < run.messages.length && run.take(); i++) {
-      if (!(await this.#handleRecord(run, i, inbox))) return;
-      run.finish(i);
-      await run.beat();
-      if (run.commitDue()) await run.commit();
-    }
+  async #finish(run: BatchRun, i: number): Promise<void> {
+    run.finish(i);
+    await run.beat();
+    if (run.commitDue()) await run.commit();
   }
 
-  /** Several keys of the partition at once; each key's records in offset order. Only the contiguous finished prefix is committed. */
-  async #keyedBatch(run: BatchRun, inbox: Inbox): Promise<void> {
-    const dispatcher = new KeyedDispatcher(this.#o.keyConcurrency);
-    run.messages.forEach((_, i) => {
-      const parsed = run.parsed(i);
-      // Unreadable records wait for nothing: a key of their own.
-      const key = parsed.ok ? parsed.event.key : `\u0000${i}`;
-      dispatcher
-        .push(key, async () => {
-          if (!run.take() || !(await this.#handleRecord(run, i, inbox))) return;
-          run.finish(i);
-          await run.beat();
-          if (run.commitDue()) await run.commit();
-        })
-        .catch((err: unknown) => {
-          this.#error('handle', err);
-          run.backoff(5000);
-        });
-    });
-    await dispatcher.onIdle();
-  }
-
-  /** Handles record `i`; true when it is done (committed in the inbox, dead-lettered or rejected) and may be committed past. */
-  async #handleRecord(run: BatchRun, i: number, inbox: Inbox): Promise<boolean> {
-    const m = run.messages[i]!;
-    this.stats.received++;
-    const parsed = run.parsed(i);
-    if (!parsed.ok) return this.#reject(run, m, parsed.message);
-    const event = parsed.event;
-    const started = performance.now();
-    const outcome = await this.#settle(run, m, event, inbox);
-    if (outcome === null) return false;
-    if (outcome.status === 'dead') return this.#deadLetter(run, m, event, outcome.error, outcome.attempts);
-    this.stats[outcome.status]++;
-    this.events.fire('settled', { topic: run.topic, partition: run.partition, offset: m.offset, id: event.id, type: event.type, status: outcome.status, durationMs: performance.now() - started });
+  /**
+   * A retry due later than RETRY_IN_PLACE_MS ends the batch and pauses the
+   * partition until then (the record is fetched again), instead of holding
+   * every partition of the fetch; a sooner one waits in place.
+   */
+  #retryLater(run: BatchRun, i: number, event: OutboxEvent, attempts: number, delayMs: number): boolean {
+    this.stats.retried++;
+    if (delayMs <= RETRY_IN_PLACE_MS) return false;
+    run.backoff(delayMs);
+    this.stats.paused++;
+    this.events.fire('paused', { topic: run.topic, partition: run.partition, offset: run.messages[i]!.offset, id: event.id, attempts, delayMs });
     return true;
   }
 
   /**
-   * Like processUntilSettled, with one difference: a retry due later than
-   * RETRY_IN_PLACE_MS ends the batch and pauses the partition until then (the
-   * record is fetched again), instead of holding every partition of the fetch.
-   * Null: not settled (stopping, revoked, or paused); the record stays uncommitted.
+   * A dead event, or a record that is not a txbox event (logged by offset,
+   * never its content) or that the inbox queue refused: copied to the
+   * dead-letter topic, then committed past. False: the copy did not succeed
+   * before stop or revoke; the record stays uncommitted.
    */
-  async #settle(run: BatchRun, m: KafkaMessage, event: OutboxEvent, inbox: Inbox): Promise<Exclude<InboxOutcome, { status: 'retry' }> | null> {
-    for (let failures = 0; ; ) {
-      let outcome: InboxOutcome;
-      try {
-        outcome = await inbox.process(event);
-      } catch (err) {
-        // The inbox store itself failed (database down): the handler's work rolled back; try again.
-        this.#error('inbox', err);
-        if (!(await run.wait(Math.min(30_000, 200 * 2 ** Math.min(failures++, 8))))) return null;
-        continue;
-      }
-      if (outcome.status !== 'retry') return outcome;
-      this.stats.retried++;
-      if (outcome.delayMs > RETRY_IN_PLACE_MS) {
-        run.backoff(outcome.delayMs);
-        this.stats.paused++;
-        this.events.fire('paused', { topic: run.topic, partition: run.partition, offset: m.offset, id: event.id, attempts: outcome.attempts, delayMs: outcome.delayMs });
-        return null;
-      }
-      if (!(await run.wait(outcome.delayMs))) return null;
-    }
-  }
-
-  /** Worker mode: stores the partition's events in the inbox queue in offset order, a chunk per transaction. */
-  async #queueBatch(run: BatchRun, queue: InboxQueue): Promise<void> {
-    let chunk: number[] = [];
-    const flush = async (): Promise<boolean> => {
-      if (chunk.length === 0) return true;
-      const items = chunk;
-      chunk = [];
-      const started = performance.now();
-      const events = items.map((i) => (run.parsed(i) as { event: OutboxEvent }).event);
-      const refused = await run.retrying('queue', () => queue.receive(events), (op, err) => this.#error(op, err));
-      if (refused === null) return false;
-      const durationMs = performance.now() - started;
-      const reasons = new Map(refused.map((r) => [r.index, r.reason]));
-      for (let n = 0; n < items.length; n++) {
-        const i = items[n]!;
-        const reason = reasons.get(n);
-        // The queue can never hold it: dead-lettered like an unreadable record, and committed past.
-        if (reason !== undefined && !(await this.#reject(run, run.messages[i]!, reason))) return false;
-        run.finish(i);
-        if (reason !== undefined) continue;
-        this.stats.queued++;
-        this.events.fire('settled', { topic: run.topic, partition: run.partition, offset: run.messages[i]!.offset, id: events[n]!.id, type: events[n]!.type, status: 'queued', durationMs });
-      }
-      await run.beat();
-      if (run.commitDue()) await run.commit();
-      return true;
-    };
-    for (let i = 0; i < run.messages.length && run.take(); i++) {
-      this.stats.received++;
-      const parsed = run.parsed(i);
-      if (parsed.ok) {
-        chunk.push(i);
-        if (chunk.length >= QUEUE_CHUNK && !(await flush())) return;
-        continue;
-      }
-      if (!(await flush()) || !(await this.#reject(run, run.messages[i]!, parsed.message))) return;
-      run.finish(i);
-    }
-    await flush();
-  }
-
-  async #deadLetter(run: BatchRun, m: KafkaMessage, event: OutboxEvent, reason: string, attempts: number): Promise<boolean> {
-    const target = this.#o.deadLetterTopics.get(run.topic) ?? null;
+  async #deadLetter(run: BatchRun, i: number, reason: string, event: OutboxEvent | null, attempts: number | null): Promise<boolean> {
+    const o = this.#o;
+    const m = run.messages[i]!;
+    const target = o.deadLetterTopics.get(run.topic) ?? null;
+    const at = { topic: run.topic, partition: run.partition, offset: m.offset };
+    const rejected = event === null || attempts === null;
+    if (rejected) o.logger.warn({ groupId: o.groupId, ...at, reason, deadLetterTopic: target }, 'txbox kafka consumer: unreadable or refused record; dead-lettering it and committing past it');
     if (target !== null && !(await this.#produceDead(run, m, target, reason, attempts))) return false;
-    this.stats.dead++;
-    this.#o.logger.warn(
-      { groupId: this.#o.groupId, topic: run.topic, partition: run.partition, offset: m.offset, id: event.id, type: event.type, keyHash: keyHash(event.key), attempts, deadLetterTopic: target },
-      'txbox kafka consumer: dead event dead-lettered; committing past it',
-    );
-    this.events.fire('deadLettered', { topic: run.topic, partition: run.partition, offset: m.offset, id: event.id, type: event.type, deadLetterTopic: target, attempts, reason });
-    return true;
-  }
-
-  /** A record that is not a txbox event: logged by offset (never its content), copied to the dead-letter topic, committed past. */
-  async #reject(run: BatchRun, m: KafkaMessage, reason: string): Promise<boolean> {
-    const target = this.#o.deadLetterTopics.get(run.topic) ?? null;
-    this.#o.logger.warn({ groupId: this.#o.groupId, topic: run.topic, partition: run.partition, offset: m.offset, reason, deadLetterTopic: target }, 'txbox kafka consumer: unreadable record; dead-lettering it and committing past it');
-    if (target !== null && !(await this.#produceDead(run, m, target, `unreadable record: ${reason}`, null))) return false;
-    this.stats.rejected++;
-    this.events.fire('rejected', { topic: run.topic, partition: run.partition, offset: m.offset, deadLetterTopic: target, reason });
+    if (rejected) {
+      this.stats.rejected++;
+      this.events.fire('rejected', { ...at, deadLetterTopic: target, reason: reason.replace(/^unreadable record: /, '') });
+    } else {
+      this.stats.dead++;
+      o.logger.warn({ groupId: o.groupId, ...at, id: event.id, type: event.type, keyHash: keyHash(event.key), attempts, deadLetterTopic: target }, 'txbox kafka consumer: dead event dead-lettered; committing past it');
+      this.events.fire('deadLettered', { ...at, id: event.id, type: event.type, deadLetterTopic: target, attempts, reason });
+    }
+    await this.#finish(run, i);
     return true;
   }
 
@@ -650,13 +421,12 @@ export class KafkaConsumer implements Consumer {
     if (attempts !== null) headers['txbox-dead-attempts'] = String(attempts);
     const send = (): Promise<true> =>
       producer.send({ topic, acks: -1, timeout: this.#o.connection.requestTimeoutMs, messages: [{ key: m.key, value: m.value, headers }] }).then(() => true);
-    return (await run.retrying('dead-letter', send, (op, err) => this.#error(op, err))) !== null;
+    // Retried until stop or revoke.
+    return (await this.#core.retrying('dead-letter', send, run.signal)) !== null;
   }
 
   #error(operation: string, err: unknown): void {
-    const message = messageOf(err);
-    this.events.fire('error', { operation, message });
-    this.#o.logger.warn({ groupId: this.#o.groupId, operation, err: message }, 'txbox kafka consumer: operation failed; retrying');
+    this.#core.failed(operation, err);
   }
 }
 
@@ -681,15 +451,4 @@ function messageOf(err: unknown): string {
 
 function list(topics: readonly string[]): string {
   return `${topics.length === 1 ? 'topic' : 'topics'} ${topics.map((t) => JSON.stringify(t)).join(', ')}`;
-}
-
-/** True when `promise` settled within `ms`. */
-async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
-  try {
-    return await Promise.race([promise.then(() => true, () => true), timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
 }

@@ -6,18 +6,9 @@
  */
 import { ownHeader, payloadText, type OutboxEvent } from '../../core/envelope.ts';
 import type { KafkaRecord } from './kafka-client.ts';
-import { checkedInbound } from '../../core/inbound-event.ts';
+import { eventFromTxboxFields, TXBOX_FIELD } from '../../core/inbound-event.ts';
 
-export const KAFKA_HEADER = {
-  id: 'txbox-id',
-  type: 'txbox-type',
-  aggregateType: 'txbox-aggregate-type',
-  aggregateId: 'txbox-aggregate-id',
-  version: 'txbox-version',
-  occurredAt: 'txbox-occurred-at',
-  destination: 'txbox-destination',
-  contentType: 'content-type',
-} as const;
+export const KAFKA_HEADER = { ...TXBOX_FIELD, contentType: 'content-type' } as const;
 
 const DEFAULT_CONTENT_TYPE = 'application/json';
 /** A record batch's header (61 bytes) plus the log entry overhead (12), counted once per message. */
@@ -112,33 +103,7 @@ export function parseKafkaMessage(message: KafkaMessageLike, destination = ''): 
     if (lower.startsWith('txbox-')) h.set(lower, text);
     else if (!(lower === KAFKA_HEADER.contentType && text === DEFAULT_CONTENT_TYPE)) ownHeader(eventHeaders, name, text);
   }
-  const id = h.get(KAFKA_HEADER.id);
-  const type = h.get(KAFKA_HEADER.type);
-  if (!id) return bad(`the message has no "${KAFKA_HEADER.id}" header`);
-  if (!type) return bad(`the message has no "${KAFKA_HEADER.type}" header`);
-  let payload: unknown = null;
-  if (message.value !== null) {
-    try {
-      payload = JSON.parse(typeof message.value === 'string' ? message.value : message.value.toString('utf8'));
-    } catch {
-      return bad('the value is not valid JSON');
-    }
-  }
-  let version: number | null = null;
-  const versionText = h.get(KAFKA_HEADER.version);
-  if (versionText !== undefined) {
-    version = Number(versionText);
-    if (!/^-?\d+$/.test(versionText) || !Number.isSafeInteger(version)) return bad(`"${KAFKA_HEADER.version}" must be an integer`);
-  }
-  const occurredText = h.get(KAFKA_HEADER.occurredAt);
-  const occurredAt = occurredText === undefined ? new Date() : new Date(occurredText);
-  if (Number.isNaN(occurredAt.getTime())) return bad(`"${KAFKA_HEADER.occurredAt}" must be an ISO 8601 date`);
-  const aggregateType = h.get(KAFKA_HEADER.aggregateType) ?? '';
-  const aggregateId = h.get(KAFKA_HEADER.aggregateId) ?? '';
-  const key = message.key === null ? `${aggregateType}:${aggregateId}` : typeof message.key === 'string' ? message.key : message.key.toString('utf8');
-  return checkedInbound({ id, type, aggregateType, aggregateId, key, destination: h.get(KAFKA_HEADER.destination) ?? destination, payload, headers: eventHeaders, occurredAt, version });
-}
-
-function bad(message: string): ParsedKafkaMessage {
-  return { ok: false, message };
+  const value = message.value === null ? null : typeof message.value === 'string' ? message.value : message.value.toString('utf8');
+  const recordKey = message.key === null ? null : typeof message.key === 'string' ? message.key : message.key.toString('utf8');
+  return eventFromTxboxFields(h, value, { what: 'header', bodyName: 'value', key: (aggregateType, aggregateId) => recordKey ?? `${aggregateType}:${aggregateId}`, destination, headers: eventHeaders });
 }

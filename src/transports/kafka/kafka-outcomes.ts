@@ -9,6 +9,7 @@
  */
 import { ConfigError, TransportError, type TransportErrorKind } from '../../core/errors.ts';
 import type { PublishOutcome } from '../../core/ports.ts';
+import { brokerOutage } from '../../core/broker-outage.ts';
 
 export const ACK: PublishOutcome = Object.freeze({ ok: true });
 
@@ -115,7 +116,7 @@ export function failedSend(failure: KafkaFailure, topic: string | null, o: { rea
   else if (failure.setting === 'compression') advice = '; check compression (the broker or the client does not support it)';
   else if (failure.scope === 'record' && failure.kind === 'permanent') advice = '; the broker refuses this message (lower its size under the topic\'s max.message.bytes and maxMessageBytes, or fix the record)';
   else if (failure.scope === 'topic' && failure.kind === 'permanent') advice = '; the broker refuses this topic (ACLs: Write on the topic for the principal; topic name or policy)';
-  else if (failure.kind === 'destination-down') advice = '; no broker answers at that address: the relay pauses this destination and probes until one does';
+  else if (failure.kind === 'destination-down') advice = '; no broker answers at that address (check brokers): the relay pauses this destination and probes until one does';
   else if (failure.kind === 'retriable') advice = '; retriable: the relay backs off and sends again (a send that timed out may already be written: at-least-once)';
   return fail(failure.kind, `produce ${where} failed: ${failure.reason}${advice}`, failure.cause);
 }
@@ -125,7 +126,9 @@ export function topicCheckFailed(failure: KafkaFailure, topic: string, o: { read
   const advice =
     failure.setting === 'sasl'
       ? '; check sasl (mechanism, username, password) and the principal\'s ACLs (Describe on the topic)'
-      : '; retriable: the relay backs off and checks again';
+      : failure.kind === 'destination-down'
+        ? '; no broker answers at that address (check brokers): the relay pauses this destination and probes until one does'
+        : '; retriable: the relay backs off and checks again';
   return fail(failure.kind, `cannot check that topic ${JSON.stringify(topic)} exists at ${o.display}: ${failure.reason}${advice}`, failure.cause);
 }
 
@@ -142,6 +145,24 @@ export function abortedSend(o: { readonly display: string }): PublishOutcome {
     'retriable',
     `no ack from ${o.display} before the caller's signal aborted the publish (publish timeout or relay stop); the broker may still write these events, so they may arrive twice (at-least-once)`,
   );
+}
+
+/**
+ * Whether a failed connect is an outage that waiting heals (broker-outage.ts):
+ * a network error, no broker found, a connect timeout, or a retriable
+ * protocol error of a cluster still starting (no leader, coordinator
+ * loading). Refused credentials, TLS trouble and compression are not.
+ */
+export function kafkaOutage(err: unknown): string | null {
+  const network = brokerOutage(err);
+  if (network !== null) return network;
+  const failure = classifyKafkaError(err);
+  if (failure.setting === 'sasl' || failure.setting === 'compression') return null;
+  const chain = chainOf(err);
+  if (chain.some((e) => e.name === 'KafkaJSBrokerNotFound')) return failure.reason;
+  if (chain.some((e) => e.name === 'KafkaJSConnectionError' && /connection timeout/i.test(String(e.message ?? '')))) return failure.reason;
+  if (chain.some((e) => typeof e.type === 'string' && e.type !== '' && e.retriable === true)) return failure.reason;
+  return null;
 }
 
 /**

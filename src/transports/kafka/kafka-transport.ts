@@ -2,7 +2,8 @@ import type { OutboxEvent } from '../../core/envelope.ts';
 import { AbortedError } from '../../core/errors.ts';
 import type { PublishOutcome, Transport } from '../../core/ports.ts';
 import { createKafkaClient } from './kafka-client.ts';
-import { fail, startError } from './kafka-outcomes.ts';
+import { startDespiteOutage } from '../../core/broker-outage.ts';
+import { fail, kafkaOutage, startError } from './kafka-outcomes.ts';
 import { KafkaPublishCall, type PublishContext } from './kafka-publish-call.ts';
 import { ProducerPool } from './kafka-producer-pool.ts';
 import { TopicCatalog } from './kafka-topics.ts';
@@ -56,20 +57,28 @@ export class KafkaTransport implements Transport {
    * Connects the admin client (unless allowAutoTopicCreation) and one idempotent
    * producer, which checks the address, TLS, the SASL credentials and the
    * permission to produce idempotently. Throws ConfigError naming `brokers`,
-   * `sasl` or `compression`. Reopens the transport after `close()`.
+   * `sasl` or `compression`. When no broker answers (refused, unknown host,
+   * connect timeout) it logs a warning and resolves: the events wait as
+   * destination-down and the first publish connects. Reopens the transport
+   * after `close()`.
    */
   async start(signal: AbortSignal = new AbortController().signal): Promise<void> {
     if (this.#closing) {
       await this.#closing;
       this.#closing = null;
     }
-    try {
-      await this.#ctx.topics?.connect(signal);
-      await this.#ctx.pool.warmUp(signal);
-    } catch (err) {
-      if (signal.aborted) throw new AbortedError('KafkaTransport.start() was aborted before the cluster answered');
-      throw startError(err, this.#options);
-    }
+    const o = this.#options;
+    const connected = await startDespiteOutage({ transport: 'kafka', address: o.display, logger: o.logger, outage: kafkaOutage }, async () => {
+      try {
+        await this.#ctx.topics?.connect(signal);
+        await this.#ctx.pool.warmUp(signal);
+      } catch (err) {
+        if (signal.aborted) throw new AbortedError('KafkaTransport.start() was aborted before the cluster answered');
+        throw startError(err, o);
+      }
+    }, signal);
+    // Unreachable: the producers and the admin client connect on the first publish (the relay's probe).
+    if (!connected) return;
     const mapped = [...this.#options.topics.values()];
     if (this.#ctx.topics && mapped.length > 0) {
       const missing = await this.#ctx.topics.missing(mapped, signal).catch(() => new Set<string>());

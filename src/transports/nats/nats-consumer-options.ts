@@ -5,6 +5,7 @@ import type { Logger } from '../../core/logger.ts';
 import { silentLogger } from '../../core/logger.ts';
 import type { Inbox } from '../../inbox/inbox.ts';
 import type { InboxQueue } from '../../inbox/inbox-worker.ts';
+import { int } from '../../inbox/consumer/consumer-options.ts';
 import { streamNameProblem, subjectProblem } from './nats-subjects.ts';
 import { resolveNatsTransportOptions, type NatsTransportOptions, type ResolvedNatsTransportOptions } from './nats-transport-options.ts';
 
@@ -234,11 +235,5 @@ function jsName(field: string, value: unknown, example: string): string {
   if (typeof value !== 'string') throw new ConfigError(field, `is required: a JetStream name, ${example}`);
   const problem = streamNameProblem(value);
   if (problem) throw new ConfigError(field, `${problem}; ${example}`);
-  return value;
-}
-
-function int(field: string, value: number | undefined, fallback: number, min: number, max: number): number {
-  if (value === undefined) return fallback;
-  if (!Number.isSafeInteger(value) || value < min || value > max) throw new ConfigError(field, `must be an integer from ${min} to ${max}, got ${String(value)}`);
   return value;
 }

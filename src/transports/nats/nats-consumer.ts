@@ -1,3 +1,4 @@
+import { brokerOutage } from '../../core/broker-outage.ts';
 import { connect, headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
 import {
   jetstream,
@@ -8,14 +9,13 @@ import {
   type JetStreamManager,
   type JsMsg,
 } from '@nats-io/jetstream';
-import { keyHash, TypedEmitter } from '../../core/emitter.ts';
+import { FiringEmitter, keyHash } from '../../core/emitter.ts';
 import type { OutboxEvent } from '../../core/envelope.ts';
 import { ConfigError, TransportError } from '../../core/errors.ts';
-import type { Consumer, InboxOutcome } from '../../core/inbox-ports.ts';
-import type { Inbox } from '../../inbox/inbox.ts';
-import type { InboxQueue } from '../../inbox/inbox-worker.ts';
-import { KeyedDispatcher } from '../../inbox/keyed-dispatcher.ts';
-import { processUntilSettled } from '../../inbox/process-until-settled.ts';
+import type { HealthReport } from '../../core/health.ts';
+import type { Consumer } from '../../core/inbox-ports.ts';
+import { ConsumerCore, within, type ConsumerCounts, type ConsumerErrorEvent } from '../../inbox/consumer/consumer-core.ts';
+import { DeliveryCore, type Admission } from '../../inbox/consumer/delivery-core.ts';
 import { durableChanges, durableConfig, pullExpiresMs, resolveNatsConsumerOptions, type NatsConsumerOptions, type ResolvedNatsConsumerOptions } from './nats-consumer-options.ts';
 import { HEADER, parseNatsMessage } from './nats-message.ts';
 import { apiErrorOf, connectFailure, findError, jetStreamCheckFailure, messageOf } from './nats-outcomes.ts';
@@ -38,27 +38,14 @@ export interface NatsConsumerEvents {
   /** The connection changed state; nats.js reconnects by itself. */
   connection: { readonly status: 'disconnect' | 'reconnect' | 'ldm' | 'error' | 'close'; readonly server?: string; readonly error?: string };
   /** A NATS, inbox or queue operation failed; it is retried while the message stays held (its key waits). */
-  error: { readonly operation: string; readonly message: string };
+  error: ConsumerErrorEvent;
 }
 
 /** The typed emitter of `NatsConsumer.events`. */
-export class NatsConsumerEmitter extends TypedEmitter<NatsConsumerEvents> {
-  /** @internal */
-  fire<K extends keyof NatsConsumerEvents>(name: K, payload: NatsConsumerEvents[K]): void {
-    this.emit(name, payload);
-  }
-}
+export class NatsConsumerEmitter extends FiringEmitter<NatsConsumerEvents> {}
 
 /** Counters since construction. */
-export interface NatsConsumerStats {
-  received: number;
-  processed: number;
-  duplicate: number;
-  ignored: number;
-  held: number;
-  queued: number;
-  dead: number;
-  rejected: number;
+export interface NatsConsumerStats extends ConsumerCounts {
   released: number;
   /** `working()` calls that extended an ack deadline. */
   extended: number;
@@ -75,13 +62,9 @@ interface Session {
 /** A message this process holds: received, not yet acked, termed or released. */
 interface Delivery {
   readonly m: JsMsg;
+  /** The message's event id; null when unreadable. */
+  readonly id: string | null;
   touchedAt: number;
-  state: 'waiting' | 'running' | 'done';
-}
-
-interface QueuedEvent {
-  readonly d: Delivery;
-  readonly event: OutboxEvent;
 }
 
 /**
@@ -92,7 +75,8 @@ interface QueuedEvent {
  * message's ack deadline is extended with `working()`), never nak'ed: a
  * nak would let the key's later messages overtake it. Dead events, and
  * messages delivered `maxDeliveries` times, are copied to the dead-letter
- * subject and terminated. See docs/transports/nats.md#consuming.
+ * subject and terminated. Only the adapter lives here; the settle and ack
+ * loop is the shared DeliveryCore. See docs/transports/nats.md#consuming.
  *
  * @example
  * const consumer = new NatsConsumer({ servers: 'nats://127.0.0.1:4222', stream: 'ORDERS', durable: 'billing', inbox });
@@ -105,28 +89,20 @@ export class NatsConsumer implements Consumer {
   readonly events = new NatsConsumerEmitter();
   readonly stats: NatsConsumerStats = { received: 0, processed: 0, duplicate: 0, ignored: 0, held: 0, queued: 0, dead: 0, rejected: 0, released: 0, extended: 0 };
   readonly #o: ResolvedNatsConsumerOptions;
-  readonly #dispatcher: KeyedDispatcher;
+  readonly #deliveries: DeliveryCore<Delivery>;
   /**
    * Most messages held at once: a full pull plus every handler busy (worker
    * mode: a batch being stored plus the next), so that one process never
    * takes the whole max_ack_pending of the durable.
    */
   readonly #limit: number;
-  readonly #held = new Set<Delivery>();
-  /** Keys with a message released by stop(): their later messages are released too, so none overtakes it. */
+  /** Keys with a message released (stop, a failed dead letter): their later messages are released too, so none overtakes it. */
   readonly #releasedKeys = new Set<string>();
-  #queued: QueuedEvent[] = [];
-  #flushing: Promise<void> | null = null;
   #session: Session | null = null;
-  #state: 'stopped' | 'starting' | 'running' | 'stopping' = 'stopped';
-  #starting: Promise<void> | null = null;
-  #stopping: Promise<void> | null = null;
-  #stop = new AbortController();
-  #closing = false;
+  readonly #core: ConsumerCore;
   #messages: ConsumerMessages | null = null;
   #reading: Promise<void> | null = null;
   #heartbeat: NodeJS.Timeout | undefined;
-  #room: (() => void) | null = null;
   #acks: JsMsg[] = [];
   #ackTimer: NodeJS.Immediate | undefined;
   #ensuring = false;
@@ -134,14 +110,66 @@ export class NatsConsumer implements Consumer {
   /** Throws ConfigError naming the field when an option is invalid. Connects nothing until start(). */
   constructor(options: NatsConsumerOptions) {
     this.#o = resolveNatsConsumerOptions(options);
-    this.#dispatcher = new KeyedDispatcher(this.#o.concurrency);
     const o = this.#o;
     this.#limit = Math.min(o.maxAckPending, o.batch + (o.handler.kind === 'inbox' ? o.concurrency : o.batch));
+    this.#core = new ConsumerCore({
+      name: 'nats',
+      logger: o.logger,
+      context: () => ({ stream: o.stream, durable: o.durable }),
+      onError: (operation, message) => this.events.fire('error', { operation, message }),
+      connected: () => this.#session !== null && !this.#session.nc.isClosed() && this.#connected,
+      describe: messageOf,
+      // JetStream not answering yet (the server starting, electing a leader) heals by waiting too.
+      outage: (err) => brokerOutage(err) ?? (err instanceof TransportError && err.kind === 'retriable' ? err.message : null),
+    });
+    this.#deliveries = new DeliveryCore<Delivery>({
+      core: this.#core,
+      handler: o.handler,
+      concurrency: o.concurrency,
+      batch: o.batch,
+      // What was received is settled at stop (one try each); a retry wait ends and releases.
+      onStop: 'finish',
+      port: {
+        ack: (d) => this.#ack(d.m),
+        deadLetter: (d, reason, event) => this.#deadLetter(d, reason, event),
+        // Left unacked, not nak()ed: see #released.
+        release: () => {},
+        // An unreadable message is terminated at once, whatever its delivery count.
+        admit: (d, event) => (event === null ? 'handle' : this.#admit(d, event.key)),
+      },
+      hooks: {
+        settled: (d, event, status, durationMs) => {
+          if (status === 'dead') return;
+          this.stats[status]++;
+          this.events.fire('settled', { seq: d.m.seq, id: event.id, type: event.type, status, deliveryCount: d.m.info.deliveryCount, durationMs });
+        },
+        deadLettered: (d, event, reason) => {
+          if (event === null) return; // unreadable: terminated and reported by #deadLetter
+          this.stats.dead++;
+          const o = this.#o;
+          const deliveryCount = d.m.info.deliveryCount;
+          o.logger.warn({ stream: o.stream, durable: o.durable, seq: d.m.seq, id: event.id, type: event.type, keyHash: keyHash(event.key), deliveryCount, deadLetterSubject: o.deadLetterSubject }, 'txbox nats consumer: dead-lettered');
+          this.events.fire('deadLettered', { seq: d.m.seq, id: event.id, type: event.type, subject: o.deadLetterSubject, deliveryCount, reason });
+        },
+        released: (d, event) => this.#released(d, event),
+      },
+    });
+  }
+
+  #connected = true;
+
+  get #state(): ConsumerCore['state'] {
+    return this.#core.state;
+  }
+
+  /** Running, connected, and the last failure if it has not recovered. */
+  health(): Promise<HealthReport> {
+    return this.#core.health();
   }
 
   /** Messages received and not yet acked, terminated or released. */
   get inFlight(): number {
-    return this.#held.size;
+    return this.#deliveries.inFlight;
   }
 
   /**
@@ -150,12 +178,16 @@ export class NatsConsumer implements Consumer {
    * or updates the durable, and starts pulling. Throws ConfigError naming
    * `servers`, a credential option, `stream`, `durable`, `filterSubjects`
    * or `deadLetterSubject`.
+   * While the broker does not answer (refused, unknown host, timeout) it
+   * keeps trying with capped backoff (0.5 s doubling to 15 s), a warning and
+   * an `error` event per attempt, until connected or stop(); stop() makes it
+   * reject with AbortedError.
    */
-  async start(): Promise<void> {
-    if (this.#stopping) await this.#stopping;
-    if (this.#state === 'running') return;
-    this.#starting ??= this.#start().finally(() => (this.#starting = null));
-    return this.#starting;
+  start(): Promise<void> {
+    return this.#core.start(
+      () => this.#start(),
+      () => (this.#reading = this.#readLoop(this.#session!, this.#messages!)),
+    );
   }
 
   /**
@@ -165,70 +197,41 @@ export class NatsConsumer implements Consumer {
    * it opened. Messages not finished are left for redelivery.
    */
   stop(): Promise<void> {
-    if (this.#state === 'stopped' && !this.#starting) return Promise.resolve();
-    this.#stopping ??= (async () => {
-      if (this.#starting) await this.#starting.catch(() => {});
-      await this.#stopNow();
-    })().finally(() => (this.#stopping = null));
-    return this.#stopping;
+    return this.#core.stop(() => this.#stopNow());
   }
 
   async #start(): Promise<void> {
     const o = this.#o;
-    this.#state = 'starting';
-    this.#stop = new AbortController();
-    this.#closing = false;
+    this.#connected = true;
     this.#releasedKeys.clear();
-    let session: Session;
-    try {
-      session = await this.#connect();
-    } catch (err) {
-      this.#state = 'stopped';
-      throw err;
-    }
-    let messages: ConsumerMessages;
+    const session = await this.#connect();
     try {
       await this.#checkStream(session);
       await this.#checkDeadLetter(session);
       await this.#ensureConsumer(session);
-      messages = await this.#subscribe(session);
+      await this.#subscribe(session);
     } catch (err) {
       session.stopWatching();
       if (session.owned) await session.nc.close().catch(() => {});
-      this.#state = 'stopped';
       throw err;
     }
     this.#session = session;
-    this.#state = 'running';
     const every = o.ackWaitMs / 3;
     this.#heartbeat = setInterval(() => this.#extend(every), Math.max(100, Math.floor(o.ackWaitMs / 6)));
-    this.#reading = this.#readLoop(session, messages);
     o.logger.info({ stream: o.stream, durable: o.durable, servers: o.transport.serversDisplay }, 'txbox nats consumer: started');
   }
 
   async #stopNow(): Promise<void> {
-    if (this.#state !== 'running') return;
     const o = this.#o;
-    this.#state = 'stopping';
-    this.#stop.abort();
     this.#messages?.stop();
-    this.#wake();
     const drained = (async () => {
       await this.#reading;
-      await this.#dispatcher.onIdle();
-      while (this.#flushing) await this.#flushing;
+      await this.#deliveries.onIdle();
     })();
     if (!(await within(drained, o.stopTimeoutMs))) {
-      this.#closing = true;
-      let left = 0;
-      for (const d of this.#held) {
-        if (d.state !== 'waiting') left++;
-        else {
-          this.stats.released++;
-          this.#finish(d, 'release');
-        }
-      }
-      o.logger.warn({ stream: o.stream, durable: o.durable, running: left }, `txbox nats consumer: stop timed out after ${o.stopTimeoutMs} ms (stopTimeoutMs); unfinished messages are redelivered`);
+      const left = this.#deliveries.inFlight;
+      this.#deliveries.releaseAll();
+      o.logger.warn({ stream: o.stream, durable: o.durable, inFlight: left }, `txbox nats consumer: stop timed out after ${o.stopTimeoutMs} ms (stopTimeoutMs); unfinished messages are redelivered`);
     }
     clearInterval(this.#heartbeat);
     this.#flushAcks();
@@ -241,7 +244,6 @@ export class NatsConsumer implements Consumer {
       if (session.owned) await session.nc.drain().catch(() => session.nc.close().catch(() => {}));
       else await session.nc.flush().catch(() => {});
     }
-    this.#state = 'stopped';
     o.logger.info({ stream: o.stream, durable: o.durable }, 'txbox nats consumer: stopped');
   }
 
@@ -283,6 +285,7 @@ export class NatsConsumer implements Consumer {
     session.stopWatching = () => (statuses as { stop?: () => void }).stop?.();
     void (async () => {
       for await (const s of statuses) {
+        if (s.type === 'disconnect' || s.type === 'reconnect') this.#connected = s.type === 'reconnect';
         if (s.type === 'disconnect' || s.type === 'reconnect' || s.type === 'ldm') {
           const server = redactServer(s.server);
           this.events.fire('connection', { status: s.type, server });
@@ -399,113 +402,47 @@ export class NatsConsumer implements Consumer {
         if (this.#state !== 'running') messages.stop();
         for await (const m of messages) {
           failures = 0;
-          this.#receive(m);
-          if (this.#held.size >= this.#limit && this.#state === 'running') await new Promise<void>((r) => (this.#room = r));
+          this.stats.received++;
+          const parsed = parseNatsMessage(m);
+          this.#deliveries.accept({ m, id: parsed.ok ? parsed.event.id : null, touchedAt: Date.now() }, parsed);
+          await this.#deliveries.whenBelow(this.#limit, this.#core.signal);
         }
       } catch (err) {
         this.#error('consume', err);
       }
       messages = null;
-      if (this.#state === 'running') await this.#pause(Math.min(10_000, 250 * 2 ** Math.min(failures++, 6)));
+      if (this.#state === 'running') await this.#core.pause(Math.min(10_000, 250 * 2 ** Math.min(failures++, 6)));
     }
   }
 
-  #receive(m: JsMsg): void {
-    this.stats.received++;
-    const parsed = parseNatsMessage(m);
-    if (!parsed.ok) {
-      this.stats.rejected++;
-      const msgId = m.headers?.get(HEADER.msgId) || null;
-      safely(() => m.term());
-      this.#o.logger.warn({ stream: this.#o.stream, seq: m.seq, msgId, reason: parsed.message }, 'txbox nats consumer: unreadable message terminated');
-      this.events.fire('rejected', { seq: m.seq, msgId, reason: parsed.message });
-      return;
-    }
-    const d: Delivery = { m, touchedAt: Date.now(), state: 'waiting' };
-    this.#held.add(d);
-    const h = this.#o.handler;
-    if (h.kind === 'queue') {
-      this.#queued.push({ d, event: parsed.event });
-      this.#flushing ??= this.#flushQueue(h.queue).finally(() => (this.#flushing = null));
-      return;
-    }
-    const event = parsed.event;
-    this.#dispatcher.push(event.key, () => this.#handle(d, event, h.inbox)).catch((err: unknown) => this.#error('handle', err));
-  }
-
-  async #handle(d: Delivery, event: OutboxEvent, inbox: Inbox): Promise<void> {
-    if (d.state !== 'waiting') return;
-    d.state = 'running';
-    if (this.#closing || this.#releasedKeys.has(event.key)) return this.#release(d, event);
-    if (d.m.info.deliveryCount >= this.#o.maxDeliveries) return this.#deadLetter(d, event, this.#tooManyDeliveries(d));
-    const started = performance.now();
-    const outcome = await this.#retrying('inbox', () => this.#settle(inbox, event));
-    if (outcome === null) return this.#release(d, event);
-    if (outcome.status === 'dead') return this.#deadLetter(d, event, outcome.error);
-    this.stats[outcome.status]++;
-    this.#finish(d, 'ack');
-    this.events.fire('settled', { seq: d.m.seq, id: event.id, type: event.type, status: outcome.status, deliveryCount: d.m.info.deliveryCount, durationMs: performance.now() - started });
+  /** A message's turn came: released behind a released one of its key (worker mode: behind any), dead-lettered when delivered too often. */
+  #admit(d: Delivery, key: string): Admission {
+    const o = this.#o;
+    if (o.handler.kind === 'queue' ? this.#releasedKeys.size > 0 : this.#releasedKeys.has(key)) return 'release';
+    if (d.m.info.deliveryCount < o.maxDeliveries) return 'handle';
+    return { deadLetter: `delivered ${d.m.info.deliveryCount} times without an ack (maxDeliveries ${o.maxDeliveries}); the handler did not run again` };
   }
 
   /**
-   * The first attempt runs even while stopping (the message was received);
-   * after a `retry` outcome the key stays held here, retried in place by
-   * processUntilSettled, until stop() ends the wait (null: release it).
+   * An unreadable message is terminated (it stays in the stream); a dead one
+   * is copied to the dead-letter subject (retrying until stop; false: left
+   * for redelivery) and terminated.
    */
-  async #settle(inbox: Inbox, event: OutboxEvent): Promise<Exclude<InboxOutcome, { status: 'retry' }> | null> {
-    const first = await inbox.process(event);
-    if (first.status !== 'retry') return first;
-    if (!(await this.#pause(first.delayMs))) return null;
-    return processUntilSettled(inbox, event, this.#stop.signal);
-  }
-
-  /** Worker mode: stores what arrived, in arrival order, one batch per transaction, then acks it. */
-  async #flushQueue(queue: InboxQueue): Promise<void> {
-    await new Promise((r) => setImmediate(r)); // lets the rest of a pull arrive
-    while (this.#queued.length > 0) {
-      const batch: QueuedEvent[] = [];
-      for (const item of this.#queued.splice(0, this.#o.batch)) {
-        item.d.state = 'running';
-        if (this.#closing || this.#releasedKeys.size > 0) this.#release(item.d, item.event);
-        else if (item.d.m.info.deliveryCount >= this.#o.maxDeliveries) await this.#deadLetter(item.d, item.event, this.#tooManyDeliveries(item.d));
-        else batch.push(item);
-      }
-      if (batch.length === 0) continue;
-      const started = performance.now();
-      const refused = await this.#retrying('queue', () => queue.receive(batch.map((i) => i.event)));
-      const reasons = new Map((refused ?? []).map((r) => [r.index, r.reason]));
-      for (const [n, { d, event }] of batch.entries()) {
-        if (refused === null) {
-          this.#release(d, event);
-          continue;
-        }
-        const reason = reasons.get(n);
-        if (reason !== undefined) {
-          // The queue can never hold it: dead-lettered, never retried.
-          await this.#deadLetter(d, event, reason);
-          continue;
-        }
-        this.stats.queued++;
-        this.#finish(d, 'ack');
-        this.events.fire('settled', { seq: d.m.seq, id: event.id, type: event.type, status: 'queued', deliveryCount: d.m.info.deliveryCount, durationMs: performance.now() - started });
-      }
-    }
-  }
-
-  #tooManyDeliveries(d: Delivery): string {
-    return `delivered ${d.m.info.deliveryCount} times without an ack (maxDeliveries ${this.#o.maxDeliveries}); the handler did not run again`;
-  }
-
-  /** Copies the message to the dead-letter subject (retrying until stop) and terminates it. */
-  async #deadLetter(d: Delivery, event: OutboxEvent, reason: string): Promise<void> {
+  async #deadLetter(d: Delivery, reason: string, event: OutboxEvent | null): Promise<boolean> {
     const o = this.#o;
+    if (event === null) {
+      this.stats.rejected++;
+      const msgId = d.m.headers?.get(HEADER.msgId) || null;
+      const why = reason.replace(/^unreadable message: /, '');
+      this.#send(d.m, 'term');
+      o.logger.warn({ stream: o.stream, seq: d.m.seq, msgId, reason: why }, 'txbox nats consumer: unreadable message terminated');
+      this.events.fire('rejected', { seq: d.m.seq, msgId, reason: why });
+      return true;
+    }
     const subject = o.deadLetterSubject;
-    if (subject !== null && (await this.#retrying('dead-letter', () => this.#publishDead(d.m, subject, reason))) === null) return this.#release(d, event);
-    this.stats.dead++;
-    this.#finish(d, 'term');
-    const deliveryCount = d.m.info.deliveryCount;
-    o.logger.warn({ stream: o.stream, durable: o.durable, seq: d.m.seq, id: event.id, type: event.type, keyHash: keyHash(event.key), deliveryCount, deadLetterSubject: subject }, 'txbox nats consumer: dead-lettered');
-    this.events.fire('deadLettered', { seq: d.m.seq, id: event.id, type: event.type, subject, deliveryCount, reason });
+    if (subject !== null && (await this.#core.retrying('dead-letter', () => this.#publishDead(d.m, subject, reason))) === null) return false;
+    this.#send(d.m, 'term');
+    return true;
   }
 
   /**
@@ -533,41 +470,23 @@ export class NatsConsumer implements Consumer {
     return true;
   }
 
-  /** Runs `fn` until it resolves, pausing with backoff after each error; null once stop() aborted the wait. */
-  async #retrying<T>(operation: string, fn: () => Promise<T | null>): Promise<T | null> {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await fn();
-      } catch (err) {
-        this.#error(operation, err);
-        if (!(await this.#pause(Math.min(30_000, 200 * 2 ** Math.min(attempt, 8))))) return null;
-      }
-    }
-  }
-
   /**
-   * Leaves the message unacked: JetStream delivers it again after ack_wait.
+   * The message was left unacked: JetStream delivers it again after ack_wait.
    * Not nak(): nats-server 2.9 can then redeliver it with a delivery count
    * that was not increased (it went to this process's abandoned pull
    * request first), which would defeat maxDeliveries. The key's later
    * messages are released too, so none of them overtakes it.
    */
-  #release(d: Delivery, event: OutboxEvent): void {
-    this.#releasedKeys.add(event.key);
+  #released(d: Delivery, event: OutboxEvent | null): void {
+    if (event !== null) this.#releasedKeys.add(event.key);
     this.stats.released++;
-    this.#finish(d, 'release');
-    this.events.fire('released', { seq: d.m.seq, id: event.id });
+    this.events.fire('released', { seq: d.m.seq, id: event?.id ?? d.id ?? '' });
   }
 
-  #finish(d: Delivery, how: 'ack' | 'term' | 'release'): void {
-    d.state = 'done';
-    this.#held.delete(d);
-    if (how === 'ack') {
-      // Acks of one event-loop turn leave in one socket write (nats.js coalesces what is sent in one tick).
-      this.#acks.push(d.m);
-      this.#ackTimer ??= setImmediate(() => this.#flushAcks());
-    } else if (how === 'term') this.#send(d.m, 'term');
-    if (this.#held.size < this.#limit) this.#wake();
+  /** Acks of one event-loop turn leave in one socket write (nats.js coalesces what is sent in one tick). */
+  #ack(m: JsMsg): void {
+    this.#acks.push(m);
+    this.#ackTimer ??= setImmediate(() => this.#flushAcks());
   }
 
   #flushAcks(): void {
@@ -589,7 +508,7 @@ export class NatsConsumer implements Consumer {
   /** Extends the ack deadline of every held message that has not been touched for `every` ms. */
   #extend(every: number): void {
     const now = Date.now();
-    for (const d of this.#held) {
+    for (const d of this.#deliveries.held()) {
       if (now - d.touchedAt < every) continue;
       d.touchedAt = now;
       this.stats.extended++;
@@ -597,32 +516,8 @@ export class NatsConsumer implements Consumer {
     }
   }
 
-  #wake(): void {
-    const room = this.#room;
-    this.#room = null;
-    room?.();
-  }
-
-  /** Waits `ms`; false when stop() came first. */
-  async #pause(ms: number): Promise<boolean> {
-    const signal = this.#stop.signal;
-    if (signal.aborted) return false;
-    return new Promise((resolve) => {
-      const done = (ok: boolean): void => {
-        clearTimeout(timer);
-        signal.removeEventListener('abort', onAbort);
-        resolve(ok);
-      };
-      const onAbort = (): void => done(false);
-      const timer = setTimeout(() => done(true), ms);
-      signal.addEventListener('abort', onAbort, { once: true });
-    });
-  }
-
   #error(operation: string, err: unknown): void {
-    const message = typeof err === 'string' ? err : messageOf(err);
-    this.events.fire('error', { operation, message });
-    this.#o.logger.warn({ stream: this.#o.stream, durable: this.#o.durable, operation, err: message }, 'txbox nats consumer: operation failed; retrying');
+    this.#core.failed(operation, err);
   }
 }
 
@@ -631,16 +526,5 @@ function safely(fn: () => void): void {
     fn();
   } catch {
     // Only a closed connection throws here; the server redelivers the message.
-  }
-}
-
-/** True when `promise` settled within `ms`. */
-async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
-  try {
-    return await Promise.race([promise.then(() => true, () => true), timeout]);
-  } finally {
-    clearTimeout(timer);
   }
 }

@@ -1,3 +1,4 @@
+import { silentLogger, type Logger } from '../../core/logger.ts';
 import type { Authenticator, NatsConnection, NodeConnectionOptions } from '@nats-io/transport-node';
 import { ConfigError } from '../../core/errors.ts';
 import { streamNameProblem, subjectProblem } from './nats-subjects.ts';
@@ -80,6 +81,8 @@ export interface NatsTransportOptions {
    * 100 ms jitter). Reconnects never give up. Default: 1000.
    */
   readonly reconnectTimeWaitMs?: number;
+  /** Where the transport logs (a warning when no server answers at start). Default: silent. */
+  readonly logger?: Logger;
 }
 
 /** Which option the credentials came from, for messages about authorization failures. */
@@ -98,6 +101,7 @@ export interface ResolvedNatsTransportOptions {
   readonly streams: ReadonlyMap<string, string>;
   readonly keyInSubject: boolean;
   readonly publishTimeoutMs: number;
+  readonly logger: Logger;
 }
 
 const EXAMPLE = 'e.g. { servers: "nats://127.0.0.1:4222", streams: { orders: "ORDERS" } }';
@@ -123,6 +127,7 @@ export function resolveNatsTransportOptions(options: NatsTransportOptions = {}):
     streams: stringMap('streams', options.streams, (s) => streamNameProblem(s), 'e.g. { orders: "ORDERS" }'),
     keyInSubject: bool('keyInSubject', options.keyInSubject, false),
     publishTimeoutMs: int('publishTimeoutMs', options.publishTimeoutMs, 5000, 1, 3_600_000),
+    logger: options.logger ?? silentLogger,
   };
   if (options.connection !== undefined) {
     const c = options.connection as Partial<NatsConnection> | null;

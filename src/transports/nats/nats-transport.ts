@@ -1,3 +1,4 @@
+import { brokerOutage, startDespiteOutage } from '../../core/broker-outage.ts';
 import { connect, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import type { OutboxEvent } from '../../core/envelope.ts';
@@ -75,7 +76,9 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
    * Connects (unless given a connection) and checks that JetStream answers.
    * Throws ConfigError naming `servers`, `user/pass`, `token`,
    * `authenticator` or `connection` when the address, credentials or server
-   * setup are wrong. Reopens the transport after `close()`.
+   * setup are wrong. When no server answers (refused, unknown host, timeout)
+   * it logs a warning and resolves: the events wait as destination-down and
+   * the next publish connects. Reopens the transport after `close()`.
    */
   async start(signal?: AbortSignal): Promise<void> {
     signal?.throwIfAborted();
@@ -84,7 +87,9 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
       this.#closing = null;
     }
     this.#started = true;
-    await this.#open(signal);
+    const o = this.#options;
+    // Unreachable: the first publish connects (the relay's probe); a refused login or a closed connection still throws.
+    await startDespiteOutage({ transport: 'nats', address: o.serversDisplay, logger: o.logger }, async () => void (await this.#open(signal)), signal);
   }
 
   /**
@@ -189,7 +194,8 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
     try {
       session = await untilAborted(this.#open(signal), signal);
     } catch (err) {
-      const outcome = err instanceof AbortedError ? aborted() : fail('retriable', `cannot publish: ${messageOf(err)}`, err);
+      // Nothing answers (started during an outage): destination-down, so the events wait instead of using up attempts.
+      const outcome = err instanceof AbortedError ? aborted() : fail(brokerOutage(err) === null ? 'retriable' : 'destination-down', `cannot publish: ${messageOf(err)}`, err);
       return events.map(() => outcome);
     }
     const o = this.#options;

@@ -2,6 +2,7 @@ import { ConfigError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import type { Inbox } from '../../inbox/inbox.ts';
 import type { InboxQueue } from '../../inbox/inbox-worker.ts';
+import { int, pick } from '../../inbox/consumer/consumer-options.ts';
 import { resolveRabbitMqTransportOptions, type RabbitMqTransportOptions, type ResolvedRabbitMqTransportOptions } from './rabbitmq-transport-options.ts';
 
 /** The connection settings a consumer shares with RabbitMqTransport (same meaning, same defaults unless noted). */
@@ -163,16 +164,4 @@ function resolveQueues(raw: RabbitMqConsumerOptions['queues'], dlx: RabbitMqCons
 /** AMQP short strings hold 255 bytes; 250 leaves room for the `.dead` and `.dlx` suffixes. */
 function isName(value: unknown): value is string {
   return typeof value === 'string' && value.length > 0 && Buffer.byteLength(value) <= 250;
-}
-
-function pick<T extends object, K extends keyof T>(o: T, keys: readonly K[]): Pick<T, K> {
-  const out = {} as Pick<T, K>;
-  for (const k of keys) if (o[k] !== undefined) out[k] = o[k];
-  return out;
-}
-
-function int(field: string, value: number | undefined, fallback: number, min: number, max: number): number {
-  if (value === undefined) return fallback;
-  if (!Number.isSafeInteger(value) || value < min || value > max) throw new ConfigError(field, `must be an integer from ${min} to ${max}, got ${String(value)}`);
-  return value;
 }

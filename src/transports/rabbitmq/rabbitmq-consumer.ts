@@ -1,13 +1,11 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
-import { TypedEmitter, keyHash } from '../../core/emitter.ts';
+import { FiringEmitter, keyHash } from '../../core/emitter.ts';
 import type { OutboxEvent } from '../../core/envelope.ts';
 import { ConfigError } from '../../core/errors.ts';
+import type { HealthReport } from '../../core/health.ts';
 import type { Consumer } from '../../core/inbox-ports.ts';
-import type { Inbox } from '../../inbox/inbox.ts';
-import type { InboxQueue, QueueRefusal } from '../../inbox/inbox-worker.ts';
-import { KeyedDispatcher } from '../../inbox/keyed-dispatcher.ts';
-import { processUntilSettled } from '../../inbox/process-until-settled.ts';
+import { ConsumerCore, within, type ConsumerCounts, type ConsumerErrorEvent } from '../../inbox/consumer/consumer-core.ts';
+import { DeliveryCore, type DeliveryPort } from '../../inbox/consumer/delivery-core.ts';
 import { resolveRabbitMqConsumerOptions, type RabbitMqConsumerOptions, type ResolvedRabbitMqConsumerOptions, type ResolvedRabbitMqConsumerQueue } from './rabbitmq-consumer-options.ts';
 import { RabbitMqConnection, type ConnectionHooks } from './rabbitmq-connection.ts';
 import { decodeRabbitMqMessage } from './rabbitmq-message.ts';
@@ -41,28 +39,15 @@ export interface RabbitMqConsumerEvents {
   /** The broker cancelled consumption of a queue (deleted, or its node went away); it is resumed when the queue is back. */
   cancelled: { readonly queue: string };
   /** A broker or database operation failed; it is retried. */
-  error: { readonly operation: string; readonly message: string };
+  error: ConsumerErrorEvent;
 }
 
 /** The consumer's typed event emitter: `consumer.events.on('settled', ...)`. */
-export class RabbitMqConsumerEmitter extends TypedEmitter<RabbitMqConsumerEvents> {
-  /** @internal */
-  fire<K extends keyof RabbitMqConsumerEvents>(name: K, payload: RabbitMqConsumerEvents[K]): void {
-    this.emit(name, payload);
-  }
-}
+export class RabbitMqConsumerEmitter extends FiringEmitter<RabbitMqConsumerEvents> {}
 
 /** Counters since construction. `released`: deliveries left unacked (channel lost, or stop), which the broker redelivers. */
-export interface RabbitMqConsumerStats {
-  received: number;
+export interface RabbitMqConsumerStats extends ConsumerCounts {
   redelivered: number;
-  processed: number;
-  duplicate: number;
-  ignored: number;
-  held: number;
-  dead: number;
-  queued: number;
-  rejected: number;
   acked: number;
   released: number;
 }
@@ -88,7 +73,6 @@ interface Delivery {
   readonly controller: AbortController;
 }
 
-const QUEUE_KEY = '\u0000queue';
 
 /**
  * Consumes RabbitMQ queues with manual acks and a prefetch window, and hands
@@ -110,48 +94,79 @@ export class RabbitMqConsumer implements Consumer {
   readonly events = new RabbitMqConsumerEmitter();
   readonly stats: RabbitMqConsumerStats = { received: 0, redelivered: 0, processed: 0, duplicate: 0, ignored: 0, held: 0, dead: 0, queued: 0, rejected: 0, acked: 0, released: 0 };
   readonly #o: ResolvedRabbitMqConsumerOptions;
-  readonly #dispatcher: KeyedDispatcher;
-  readonly #deliveries = new Set<Delivery>();
+  readonly #deliveries: DeliveryCore<Delivery>;
   readonly #timers = new Set<NodeJS.Timeout>();
-  readonly #failing = new Set<string>();
+  readonly #core: ConsumerCore;
   #connection: RabbitMqConnection | null = null;
   #sub: Subscription | null = null;
   #subscribing: Promise<void> | null = null;
   #attempt = 0;
-  #state: 'stopped' | 'starting' | 'running' | 'stopping' = 'stopped';
-  #starting: Promise<void> | null = null;
-  #stopping: Promise<void> | null = null;
-  #stop = new AbortController();
-  #batch: Delivery[] = [];
-  #batchQueued = false;
   #keepAlive: NodeJS.Timeout | undefined;
 
   /** Throws ConfigError naming the field when an option is invalid. Connects nothing until start(). */
   constructor(options: RabbitMqConsumerOptions) {
     this.#o = resolveRabbitMqConsumerOptions(options);
-    this.#dispatcher = new KeyedDispatcher(this.#o.concurrency);
+    this.#core = new ConsumerCore({
+      name: 'rabbitmq',
+      prefix: 'rabbitmq consumer',
+      logger: this.#o.logger,
+      context: () => ({ url: this.#o.connection.display }),
+      onError: (operation, message) => this.events.fire('error', { operation, message }),
+      connected: () => this.#sub !== null && !this.#sub.closed,
+      describe: (err) => {
+        const reason = closeReason(err);
+        return reason ? `${reason.code} ${reason.text}` : scrub(err instanceof Error ? err.message : String(err));
+      },
+      logOncePerOutage: true,
+    });
+    this.#deliveries = new DeliveryCore<Delivery>({
+      core: this.#core,
+      handler: this.#o.handler,
+      concurrency: this.#o.concurrency,
+      // Worker mode: what arrived meanwhile (at most the prefetch window) is stored in one transaction.
+      batch: this.#o.prefetch,
+      port: this.#port(),
+      hooks: {
+        settled: (d, _event, status, durationMs) => {
+          this.stats[status]++;
+          this.#fireSettled(d, status, durationMs);
+        },
+        rejected: (d, reason) => {
+          this.stats.rejected++;
+          this.events.fire('rejected', { queue: d.queue.name, messageId: d.event.id, reason });
+        },
+      },
+    });
+  }
+
+  get #state(): ConsumerCore['state'] {
+    return this.#core.state;
+  }
+
+  /** Running, connected, and the last failure if it has not recovered. */
+  health(): Promise<HealthReport> {
+    return this.#core.health();
   }
 
   /** Messages received and not yet acked, rejected or released. */
   get inFlight(): number {
-    return this.#deliveries.size;
+    return this.#deliveries.inFlight;
   }
 
   /**
    * Connects (one attempt, bounded by connectTimeoutMs), checks that every
    * queue exists (or declares them with `assertQueues`) and starts consuming.
-   * Throws ConfigError naming `url` (unreachable broker, refused login,
+   * Throws ConfigError naming `url` (refused login,
    * unknown vhost, missing permission), `queues` (a missing queue),
    * `assertQueues` or `deadLetterExchange` (existing with other settings);
    * never the password.
+   * While the broker does not answer (refused, unknown host, timeout) it
+   * keeps trying with capped backoff (0.5 s doubling to 15 s), a warning and
+   * an `error` event per attempt, until connected or stop(); stop() makes it
+   * reject with AbortedError.
    */
-  async start(signal?: AbortSignal): Promise<void> {
-    if (this.#stopping) await this.#stopping;
-    if (this.#state === 'running') return;
-    this.#starting ??= this.#start(signal ?? AbortSignal.timeout(this.#o.connection.connectTimeoutMs * 3)).finally(() => {
-      this.#starting = null;
-    });
-    return this.#starting;
+  start(signal?: AbortSignal): Promise<void> {
+    return this.#core.start(() => this.#start(signal ?? AbortSignal.timeout(this.#o.connection.connectTimeoutMs * 3)), undefined, signal);
   }
 
   /**
@@ -162,16 +177,10 @@ export class RabbitMqConsumer implements Consumer {
    * the inbox skips those that committed.
    */
   stop(): Promise<void> {
-    if (this.#state === 'stopped' && !this.#starting) return Promise.resolve();
-    this.#stopping ??= this.#stopNow().finally(() => {
-      this.#stopping = null;
-    });
-    return this.#stopping;
+    return this.#core.stop(() => this.#stopNow(), false);
   }
 
   async #start(signal: AbortSignal): Promise<void> {
-    this.#state = 'starting';
-    this.#stop = new AbortController();
     const connection = new RabbitMqConnection(this.#o.connection, this.#hooks());
     this.#connection = connection;
     try {
@@ -184,12 +193,10 @@ export class RabbitMqConsumer implements Consumer {
         throw this.#startError(err);
       });
     } catch (err) {
-      this.#state = 'stopped';
       this.#connection = null;
       await connection.close();
       throw err;
     }
-    this.#state = 'running';
     // The connection's reconnect timer does not hold the process open: this does, as a listening server would, until stop().
     this.#keepAlive = setInterval(() => {}, 1 << 30);
   }
@@ -250,7 +257,7 @@ export class RabbitMqConsumer implements Consumer {
     if (sub.closed) return;
     sub.closed = true;
     if (this.#sub === sub) this.#sub = null;
-    for (const d of this.#deliveries) if (d.sub === sub) d.controller.abort();
+    for (const d of this.#deliveries.held()) if (d.sub === sub) d.controller.abort();
     if (sub.closing || this.#state !== 'running') return;
     const url = this.#o.connection.display;
     // Without a reason of its own, the channel went down with the connection: `disconnected` tells that.
@@ -299,88 +306,38 @@ export class RabbitMqConsumer implements Consumer {
     const decoded = decodeRabbitMqMessage(message);
     if (!decoded.ok) return this.#reject(sub, queue, message, decoded.message);
     const d: Delivery = { sub, queue, message, event: decoded.event, receivedAt: performance.now(), controller: new AbortController() };
-    this.#deliveries.add(d);
-    const handler = this.#o.handler;
-    if (handler.kind === 'inbox') {
-      this.#dispatcher.push(d.event.key, () => this.#handle(d, handler.inbox)).catch((err: unknown) => this.#report('handle', err));
-      return;
-    }
-    this.#batch.push(d);
-    if (this.#batchQueued) return;
-    this.#batchQueued = true;
-    // One receive at a time keeps arrival order per key; messages arriving meanwhile form the next batch.
-    this.#dispatcher.push(QUEUE_KEY, () => this.#receive(handler.queue)).catch((err: unknown) => this.#report('queue', err));
+    this.#deliveries.accept(d, decoded);
   }
 
-  async #handle(d: Delivery, inbox: Inbox): Promise<void> {
-    const started = performance.now();
-    let outcome: Awaited<ReturnType<typeof processUntilSettled>> = null;
-    for (let failures = 0; outcome === null && !d.controller.signal.aborted; failures++) {
-      try {
-        outcome = await processUntilSettled(inbox, d.event, d.controller.signal);
-        if (outcome === null) break;
-        this.#recovered('inbox');
-      } catch (err) {
-        // The inbox store itself failed (database down): retry in place, keeping the key's order.
-        this.#report('inbox', err);
-        await sleep(Math.min(5000, 100 * 2 ** Math.min(failures, 6)), undefined, { signal: d.controller.signal }).catch(() => {});
-      }
-    }
-    if (outcome === null) return this.#release(d);
-    this.stats[outcome.status]++;
-    this.#fireSettled(d, outcome.status, started);
-    if (outcome.status !== 'dead') {
-      this.#settle(d, 'ack');
-      return;
-    }
-    const { queue, event } = d;
-    this.#o.logger.warn(
-      { queue: queue.name, id: event.id, type: event.type, keyHash: keyHash(event.key), attempts: outcome.attempts, deadLetterExchange: queue.deadLetterExchange },
-      'rabbitmq consumer: event is dead; rejected to the dead-letter exchange',
-    );
-    if (this.#settle(d, 'reject')) {
-      this.events.fire('dead-lettered', { queue: queue.name, id: event.id, type: event.type, deadLetterExchange: queue.deadLetterExchange, attempts: outcome.attempts });
-    }
-  }
-
-  /** Worker mode: stores the messages received so far in the inbox queue in one transaction (a redelivered id is ignored), then acks them. */
-  async #receive(queue: InboxQueue): Promise<void> {
-    this.#batchQueued = false;
-    const batch = this.#batch.splice(0);
-    const started = performance.now();
-    let refused: QueueRefusal[] = [];
-    for (let failures = 0; ; failures++) {
-      if (batch.every((d) => d.controller.signal.aborted)) return batch.forEach((d) => this.#release(d));
-      try {
-        refused = await queue.receive(batch.map((d) => d.event));
-        this.#recovered('queue');
-        break;
-      } catch (err) {
-        this.#report('queue', err);
-        await sleep(Math.min(5000, 100 * 2 ** Math.min(failures, 6)), undefined, { signal: this.#stop.signal }).catch(() => {});
-        if (this.#stop.signal.aborted) return batch.forEach((d) => this.#release(d));
-      }
-    }
-    const reasons = new Map(refused.map((r) => [r.index, r.reason]));
-    for (const [n, d] of batch.entries()) {
-      const reason = reasons.get(n);
-      if (reason !== undefined) {
-        // The queue can never hold it: rejected to the dead-letter exchange, never retried.
-        this.stats.rejected++;
-        this.#o.logger.warn({ queue: d.queue.name, id: d.event.id, reason, deadLetterExchange: d.queue.deadLetterExchange }, 'rabbitmq consumer: the inbox queue refused a message; rejected to the dead-letter exchange');
-        this.events.fire('rejected', { queue: d.queue.name, messageId: d.event.id, reason });
-        this.#settle(d, 'reject');
-        continue;
-      }
-      this.stats.queued++;
-      this.#fireSettled(d, 'queued', started);
-      this.#settle(d, 'ack');
-    }
+  /** The broker port of the shared DeliveryCore: ack, reject to the dead-letter exchange, leave for redelivery. */
+  #port(): DeliveryPort<Delivery> {
+    return {
+      signal: (d) => d.controller.signal,
+      ack: (d) => void this.#settle(d, 'ack'),
+      deadLetter: (d, reason, _event, attempts) => {
+        const { queue, event } = d;
+        if (attempts === null) {
+          // The inbox queue can never hold it: rejected to the dead-letter exchange, never retried.
+          this.#o.logger.warn({ queue: queue.name, id: event.id, reason, deadLetterExchange: queue.deadLetterExchange }, 'rabbitmq consumer: the inbox queue refused a message; rejected to the dead-letter exchange');
+          this.#settle(d, 'reject');
+          return true;
+        }
+        this.#o.logger.warn(
+          { queue: queue.name, id: event.id, type: event.type, keyHash: keyHash(event.key), attempts, deadLetterExchange: queue.deadLetterExchange },
+          'rabbitmq consumer: event is dead; rejected to the dead-letter exchange',
+        );
+        if (this.#settle(d, 'reject')) {
+          this.events.fire('dead-lettered', { queue: queue.name, id: event.id, type: event.type, deadLetterExchange: queue.deadLetterExchange, attempts });
+        }
+        // A channel gone meanwhile counted it as released: the broker redelivers it.
+        return true;
+      },
+      release: () => void this.stats.released++,
+    };
   }
 
   /** Acks (or rejects to the dead-letter exchange) on the channel that delivered it. False when that channel is gone: the broker redelivers. */
   #settle(d: Delivery, how: 'ack' | 'reject'): boolean {
-    this.#deliveries.delete(d);
     if (d.sub.closed) {
       this.stats.released++;
       return false;
@@ -396,11 +353,6 @@ export class RabbitMqConsumer implements Consumer {
       this.stats.released++;
       return false;
     }
-  }
-
-  #release(d: Delivery): void {
-    this.#deliveries.delete(d);
-    this.stats.released++;
   }
 
   /** An unreadable message: rejected without requeue (to the dead-letter exchange, if any), never retried, never reaching the inbox. */
@@ -445,22 +397,19 @@ export class RabbitMqConsumer implements Consumer {
   }
 
   async #stopNow(): Promise<void> {
-    await this.#starting?.catch(() => {});
-    if (this.#state !== 'running') return;
     const o = this.#o;
-    this.#state = 'stopping';
     for (const t of this.#timers) clearTimeout(t);
     this.#timers.clear();
     await this.#subscribing;
     const sub = this.#sub;
     if (sub && !sub.closed) {
-      await within(Math.min(5000, o.stopTimeoutMs), Promise.allSettled([...sub.tags.keys()].map((tag) => sub.channel.cancel(tag))));
+      await within(Promise.allSettled([...sub.tags.keys()].map((tag) => sub.channel.cancel(tag))), Math.min(5000, o.stopTimeoutMs));
     }
     // Messages not yet started, or waiting to retry, are left for redelivery; handlers in progress finish and ack.
-    this.#stop.abort();
-    for (const d of this.#deliveries) d.controller.abort();
-    if (!(await within(o.stopTimeoutMs, this.#dispatcher.onIdle()))) {
-      o.logger.warn({ url: o.connection.display, inFlight: this.#deliveries.size }, 'rabbitmq consumer: stop timed out; unfinished messages are redelivered');
+    this.#core.abort();
+    for (const d of this.#deliveries.held()) d.controller.abort();
+    if (!(await within(this.#deliveries.onIdle(), o.stopTimeoutMs))) {
+      o.logger.warn({ url: o.connection.display, inFlight: this.#deliveries.inFlight }, 'rabbitmq consumer: stop timed out; unfinished messages are redelivered');
     }
     if (sub && !sub.closed) {
       sub.closing = true;
@@ -472,7 +421,6 @@ export class RabbitMqConsumer implements Consumer {
     this.#connection = null;
     await connection?.close();
     clearInterval(this.#keepAlive);
-    this.#state = 'stopped';
   }
 
   #hooks(): ConnectionHooks {
@@ -485,7 +433,7 @@ export class RabbitMqConsumer implements Consumer {
         if (reconnected) this.#resubscribe();
       },
       disconnected: (reason) => {
-        log.warn({ url, reason, inFlight: this.#deliveries.size }, 'rabbitmq consumer: lost the connection; unacked messages are redelivered after the reconnect');
+        log.warn({ url, reason, inFlight: this.#deliveries.inFlight }, 'rabbitmq consumer: lost the connection; unacked messages are redelivered after the reconnect');
         this.events.fire('disconnected', { url, reason });
       },
       reconnecting: (attempt, delayMs, reason) => {
@@ -522,10 +470,10 @@ export class RabbitMqConsumer implements Consumer {
     }
   }
 
-  #fireSettled(d: Delivery, status: RabbitMqSettledStatus, started: number): void {
+  #fireSettled(d: Delivery, status: RabbitMqSettledStatus, durationMs: number): void {
     const now = performance.now();
     const { event, queue, message } = d;
-    this.events.fire('settled', { queue: queue.name, id: event.id, type: event.type, status, redelivered: message.fields.redelivered, durationMs: now - started, waitedMs: now - d.receivedAt });
+    this.events.fire('settled', { queue: queue.name, id: event.id, type: event.type, status, redelivered: message.fields.redelivered, durationMs, waitedMs: now - d.receivedAt });
   }
 
   #schedule(fn: () => unknown, delayMs: number): void {
@@ -546,16 +494,11 @@ export class RabbitMqConsumer implements Consumer {
 
   /** Reports a failure: an `error` event each time, a log line once per outage of that operation. */
   #report(operation: string, err: unknown): void {
-    const reason = closeReason(err);
-    const message = reason ? `${reason.code} ${reason.text}` : scrub(err instanceof Error ? err.message : String(err));
-    this.events.fire('error', { operation, message });
-    if (this.#failing.has(operation)) return;
-    this.#failing.add(operation);
-    this.#o.logger.warn({ url: this.#o.connection.display, operation, err: message }, 'rabbitmq consumer: operation failed; retrying');
+    this.#core.failed(operation, err);
   }
 
   #recovered(operation: string): void {
-    if (this.#failing.delete(operation)) this.#o.logger.info({ url: this.#o.connection.display, operation }, 'rabbitmq consumer: operation works again');
+    this.#core.recovered(operation);
   }
 }
 
@@ -564,14 +507,4 @@ function about<T>(what: { queue?: string; exchange?: string }, promise: Promise<
   return promise.catch((err: unknown) => {
     throw err instanceof Error ? Object.assign(err, what) : err;
   });
-}
-
-/** Resolves true when `promise` settled within `ms`, else false (without waiting further). */
-async function within(ms: number, promise: Promise<unknown>): Promise<boolean> {
-  const timeout = new AbortController();
-  try {
-    return await Promise.race([promise.then(() => true), sleep(ms, false, { signal: timeout.signal }).catch(() => false)]);
-  } finally {
-    timeout.abort();
-  }
 }

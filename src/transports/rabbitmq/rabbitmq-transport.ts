@@ -1,7 +1,8 @@
 import type { ChannelModel } from 'amqplib';
 import { TypedEmitter } from '../../core/emitter.ts';
 import type { OutboxEvent } from '../../core/envelope.ts';
-import { ConfigError } from '../../core/errors.ts';
+import { brokerOutage, startDespiteOutage } from '../../core/broker-outage.ts';
+import { ConfigError, type TransportErrorKind } from '../../core/errors.ts';
 import type { PublishOutcome, Transport } from '../../core/ports.ts';
 import { RabbitMqConfirmChannel, type ChannelHooks } from './rabbitmq-confirm-channel.ts';
 import { RabbitMqConnection, type ConnectionHooks } from './rabbitmq-connection.ts';
@@ -74,8 +75,10 @@ export class RabbitMqTransport extends TypedEmitter<RabbitMqTransportEvents> imp
   /**
    * Connects (one attempt, bounded by connectTimeoutMs), declares exchanges
    * when `assertExchanges` is set, and opens a confirm channel. Throws
-   * ConfigError naming `url` for a refused login, an unknown vhost or an
-   * unreachable broker; the password never appears. Reopens after `close()`.
+   * ConfigError naming `url` for a refused login or an unknown vhost; the
+   * password never appears. When nothing answers at `url` (refused, unknown
+   * host, timeout) it logs a warning and resolves: the events wait as
+   * destination-down and the next publish connects. Reopens after `close()`.
    */
   async start(signal: AbortSignal = new AbortController().signal): Promise<void> {
     const closing = this.#closing;
@@ -86,7 +89,13 @@ export class RabbitMqTransport extends TypedEmitter<RabbitMqTransportEvents> imp
         this.#connection = this.#newConnection();
       }
     }
-    if (this.#connection.state !== 'idle') return this.#starting ?? undefined;
+    const o = this.#o;
+    await startDespiteOutage({ transport: 'rabbitmq', address: o.display, logger: o.logger }, () => this.#connectOnce(signal), signal);
+  }
+
+  /** Connects if not connected yet (concurrent calls share one attempt); rejects with the ConfigError of a failed attempt. */
+  #connectOnce(signal: AbortSignal): Promise<void> {
+    if (this.#connection.state !== 'idle') return this.#starting ?? Promise.resolve();
     this.#starting ??= this.#start(signal).finally(() => {
       this.#starting = null;
     });
@@ -105,9 +114,10 @@ export class RabbitMqTransport extends TypedEmitter<RabbitMqTransportEvents> imp
     if (events.length === 0) return Promise.resolve([]);
     if (this.#connection.state === 'idle' || this.#starting) {
       return this.#track(
-        this.start(signal).then(
+        this.#connectOnce(signal).then(
           () => this.publish(events, signal),
-          (err: unknown) => this.#failAll(events, `cannot connect: ${err instanceof Error ? err.message : String(err)}`),
+          // Nothing answers (a relay started during an outage): destination-down, so the events wait instead of using up attempts.
+          (err: unknown) => this.#failAll(events, `cannot connect: ${err instanceof Error ? err.message : String(err)}`, brokerOutage(err) === null ? 'retriable' : 'destination-down'),
         ),
       );
     }
@@ -246,8 +256,8 @@ export class RabbitMqTransport extends TypedEmitter<RabbitMqTransportEvents> imp
     return fail('retriable', `${this.#blockedMessage(reason)}; the message for exchange ${quote(t.exchange)} was sent and may still arrive once the alarm clears`);
   }
 
-  #failAll(events: readonly OutboxEvent[], message: string): PublishOutcome[] {
-    const outcome = fail('retriable', message);
+  #failAll(events: readonly OutboxEvent[], message: string, kind: TransportErrorKind = 'retriable'): PublishOutcome[] {
+    const outcome = fail(kind, message);
     return events.map(() => outcome);
   }
 }

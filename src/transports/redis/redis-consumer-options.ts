@@ -5,6 +5,7 @@ import { ConfigError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import type { Inbox } from '../../inbox/inbox.ts';
 import type { InboxQueue } from '../../inbox/inbox-worker.ts';
+import { int, pick } from '../../inbox/consumer/consumer-options.ts';
 import { resolveRedisTransportOptions, type ResolvedRedisConnection, type ResolvedRedisTransportOptions } from './redis-transport-options.ts';
 
 /**
@@ -189,17 +190,5 @@ function resolveStreams(streams: RedisConsumerOptions['streams'], prefix: string
 function name(field: string, value: unknown, fallback: string | undefined): string {
   if (value === undefined && fallback !== undefined) return fallback;
   if (typeof value !== 'string' || !/^\S{1,200}$/.test(value)) throw new ConfigError(field, `${fallback === undefined ? 'is required: ' : 'must be '}1-200 characters without spaces, e.g. "billing"`);
-  return value;
-}
-
-function pick<T extends object, K extends keyof T>(o: T, keys: readonly K[]): Pick<T, K> {
-  const out = {} as Pick<T, K>;
-  for (const k of keys) if (o[k] !== undefined) out[k] = o[k];
-  return out;
-}
-
-function int(field: string, value: number | undefined, fallback: number, min: number, max: number): number {
-  if (value === undefined) return fallback;
-  if (!Number.isSafeInteger(value) || value < min || value > max) throw new ConfigError(field, `must be an integer from ${min} to ${max}, got ${String(value)}`);
   return value;
 }

@@ -1,13 +1,12 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
-import { TypedEmitter } from '../../core/emitter.ts';
+import { FiringEmitter, type TypedEmitter } from '../../core/emitter.ts';
 import type { OutboxEvent } from '../../core/envelope.ts';
 import { ConfigError } from '../../core/errors.ts';
+import type { HealthReport } from '../../core/health.ts';
 import type { Consumer } from '../../core/inbox-ports.ts';
-import type { Inbox } from '../../inbox/inbox.ts';
-import type { InboxQueue, QueueRefusal } from '../../inbox/inbox-worker.ts';
-import { KeyedDispatcher } from '../../inbox/keyed-dispatcher.ts';
-import { processUntilSettled } from '../../inbox/process-until-settled.ts';
+import { ConsumerCore, type ConsumerCounts, type ConsumerErrorEvent } from '../../inbox/consumer/consumer-core.ts';
+import { DeliveryCore } from '../../inbox/consumer/delivery-core.ts';
 import { resolveRedisConsumerOptions, type ConsumerStream, type RedisConsumerOptions, type ResolvedRedisConsumerOptions } from './redis-consumer-options.ts';
 import { connectAndVerify, createClient } from './redis-connection.ts';
 import { connectionProblem, replyCode, safeCause, startFailure, type StartContext } from './redis-outcomes.ts';
@@ -27,19 +26,11 @@ export interface RedisConsumerEvents {
   /** Entries of consumers presumed dead were taken over with XAUTOCLAIM. */
   reclaimed: { readonly stream: string; readonly count: number };
   /** A Redis or inbox operation failed; it is retried (or the entry stays pending and is reclaimed later). */
-  error: { readonly operation: string; readonly message: string };
+  error: ConsumerErrorEvent;
 }
 
 /** Counters since construction. */
-export interface RedisConsumerStats {
-  received: number;
-  processed: number;
-  duplicate: number;
-  ignored: number;
-  held: number;
-  dead: number;
-  queued: number;
-  rejected: number;
+export interface RedisConsumerStats extends ConsumerCounts {
   reclaimed: number;
   acked: number;
 }
@@ -49,21 +40,14 @@ interface Held {
   readonly stream: ConsumerStream;
   readonly entryId: string;
   readonly fields: readonly string[];
-  /** Aborts the handler's retry waits: the entry then stays pending. */
-  readonly controller: AbortController;
+  /** Deliveries counted by the group when this process took the entry over; 0 when read. */
+  readonly deliveries: number;
   touchedAt: number;
-  retrying: boolean;
 }
 
 type RawEntry = readonly [entryId: string, fields: string[] | null];
 
-const QUEUE_KEY = '\u0000queue';
-
-class ConsumerEmitter extends TypedEmitter<RedisConsumerEvents> {
-  fire<K extends keyof RedisConsumerEvents>(name: K, payload: RedisConsumerEvents[K]): void {
-    this.emit(name, payload);
-  }
-}
+class ConsumerEmitter extends FiringEmitter<RedisConsumerEvents> {}
 
 /**
  * Reads Redis streams with a consumer group (XREADGROUP, one consumer name
@@ -72,7 +56,8 @@ class ConsumerEmitter extends TypedEmitter<RedisConsumerEvents> {
  * parallel. Dead events and unreadable entries are added to a dead-letter
  * stream and acked in one MULTI. Entries left pending by a dead consumer are
  * taken over with XAUTOCLAIM after `claimIdleMs`; the inbox skips those it
- * already committed. See docs/transports/redis.md#consuming.
+ * already committed. Only the adapter lives here; the settle and ack loop is
+ * the shared DeliveryCore. See docs/transports/redis.md#consuming.
  *
  * @example
  * const consumer = new RedisConsumer({ url: 'redis://127.0.0.1:6379', streams: ['txbox:orders'], group: 'billing', inbox });
@@ -87,36 +72,76 @@ export class RedisConsumer implements Consumer {
   readonly stats: RedisConsumerStats = { received: 0, processed: 0, duplicate: 0, ignored: 0, held: 0, dead: 0, queued: 0, rejected: 0, reclaimed: 0, acked: 0 };
   readonly #o: ResolvedRedisConsumerOptions;
   readonly #ctx: StartContext & { readonly password: string | undefined };
-  readonly #dispatcher: KeyedDispatcher;
+  readonly #deliveries: DeliveryCore<Held>;
+  /** Entries read or claimed and not yet acked or released (also those whose XACK is on its way), by stream and entry id. */
   readonly #held = new Map<string, Held>();
-  readonly #byEventId = new Map<string, Held>();
-  readonly #side = new Set<Promise<unknown>>();
-  readonly #failing = new Set<string>();
+  readonly #core: ConsumerCore;
   #acks = new Map<ConsumerStream, Held[]>();
   #flushing: Promise<void> | null = null;
   #commands: Redis | null = null;
   #reader: Redis | null = null;
   #readerId: number | null = null;
-  #state: 'stopped' | 'starting' | 'running' | 'stopping' = 'stopped';
-  #starting: Promise<void> | null = null;
-  #stopping: Promise<void> | null = null;
-  #stop = new AbortController();
   #reading: Promise<void> | null = null;
   #claimTimer: NodeJS.Timeout | undefined;
   #claiming: Promise<void> | null = null;
   #cursors = new Map<string, string>();
-  #room: (() => void) | null = null;
-  #unlisten: (() => void) | null = null;
 
   /** Throws ConfigError naming the field when an option is invalid. Connects nothing until start(). */
   constructor(options: RedisConsumerOptions) {
     this.#o = resolveRedisConsumerOptions(options);
-    this.#dispatcher = new KeyedDispatcher(this.#o.concurrency);
     const c = this.#o.connection;
     this.#ctx =
       c.kind === 'url'
         ? { address: c.display, addressField: 'url', userField: c.userField, passwordField: c.passwordField, username: c.username, password: c.password }
         : { address: c.display, addressField: 'client', userField: 'client', passwordField: 'client', username: undefined, password: undefined };
+    this.#core = new ConsumerCore({
+      name: 'redis',
+      prefix: 'redis consumer',
+      logger: this.#o.logger,
+      context: () => ({ consumer: 'redis', address: this.#ctx.address }),
+      onError: (operation, message) => this.#emitter.fire('error', { operation, message }),
+      connected: () => this.#reader?.status === 'ready' && this.#commands?.status === 'ready',
+      describe: connectionProblem,
+      logOncePerOutage: true,
+    });
+    const o = this.#o;
+    this.#deliveries = new DeliveryCore<Held>({
+      core: this.#core,
+      handler: o.handler,
+      concurrency: o.concurrency,
+      batch: o.count,
+      // What was read is settled at stop (one try each); an entry waiting to retry stays pending.
+      onStop: 'finish',
+      noun: 'entry',
+      port: {
+        ack: (held) => this.#ack(held),
+        deadLetter: (held, reason, event) => this.#deadLetter(held, event, reason),
+        release: (held) => this.#release(held),
+        // An entry delivered too often crashed or stalled every consumer that took it: dead-letter it, not again.
+        admit: (held) =>
+          held.deliveries <= o.maxDeliveries ? 'handle' : { deadLetter: `delivered ${held.deliveries} times without an ack (maxDeliveries ${o.maxDeliveries}): its consumers crashed or stalled while handling it` },
+      },
+      hooks: {
+        settled: (held, event, status, durationMs) => {
+          this.stats[status]++;
+          this.#emitter.fire('settled', { stream: held.stream.key, entryId: held.entryId, id: event.id, type: event.type, status, durationMs });
+        },
+        rejected: (held, reason) => {
+          this.stats.rejected++;
+          o.logger.warn({ consumer: 'redis', stream: held.stream.key, entryId: held.entryId, reason }, 'redis consumer: unreadable or refused entry, moved to the dead-letter stream');
+          this.#emitter.fire('rejected', { stream: held.stream.key, entryId: held.entryId, reason });
+        },
+      },
+    });
+  }
+
+  get #state(): ConsumerCore['state'] {
+    return this.#core.state;
+  }
+
+  /** Running, both connections ready, and the last failure if it has not recovered. */
+  health(): Promise<HealthReport> {
+    return this.#core.health();
   }
 
   /** Entries read or claimed and not yet acked or released. */
@@ -130,14 +155,19 @@ export class RedisConsumer implements Consumer {
    * first this consumer name's own pending entries, then new ones. Throws
    * ConfigError naming `url`, `username`, `password`, `tls`, `client` or
    * `streams.<destination>` (a key that is not a stream).
+   * While the broker does not answer (refused, unknown host, timeout) it
+   * keeps trying with capped backoff (0.5 s doubling to 15 s), a warning and
+   * an `error` event per attempt, until connected or stop(); stop() makes it
+   * reject with AbortedError.
    */
-  async start(): Promise<void> {
-    if (this.#stopping) await this.#stopping;
-    if (this.#state === 'running') return;
-    this.#starting ??= this.#start().finally(() => {
-      this.#starting = null;
-    });
-    return this.#starting;
+  start(): Promise<void> {
+    return this.#core.start(
+      () => this.#start(),
+      () => {
+        this.#reading = this.#readLoop();
+        this.#scheduleClaim(0);
+      },
+    );
   }
 
   /**
@@ -147,18 +177,12 @@ export class RedisConsumer implements Consumer {
    * are redelivered (to this consumer name's next start, or claimed by another).
    */
   stop(): Promise<void> {
-    if (this.#state === 'stopped' && !this.#starting) return Promise.resolve();
-    this.#stopping ??= this.#stopNow().finally(() => {
-      this.#stopping = null;
-    });
-    return this.#stopping;
+    return this.#core.stop(() => this.#stopNow());
   }
 
   async #start(): Promise<void> {
     const o = this.#o;
     const c = o.connection;
-    this.#state = 'starting';
-    this.#stop = new AbortController();
     const signal = AbortSignal.timeout(o.transport.connectTimeoutMs * 2 + o.commandTimeoutMs);
     const readerTimeout = o.blockMs + o.commandTimeoutMs;
     const commands = c.kind === 'url' ? createClient(c, o.transport) : c.client;
@@ -180,21 +204,8 @@ export class RedisConsumer implements Consumer {
       reader.disconnect();
       if (c.kind === 'url') commands.disconnect();
       this.#commands = this.#reader = null;
-      this.#state = 'stopped';
       throw err;
     }
-    if (o.handler.kind === 'inbox') {
-      // A handler that failed waits to retry; stop() does not wait for it (the entry stays pending).
-      this.#unlisten = o.handler.inbox.events.on('failed', ({ id, dead }) => {
-        const held = this.#byEventId.get(id);
-        if (!held || dead) return;
-        held.retrying = true;
-        if (this.#state === 'stopping') held.controller.abort();
-      });
-    }
-    this.#state = 'running';
-    this.#reading = this.#readLoop();
-    this.#scheduleClaim(0);
   }
 
   async #createGroups(atStart: boolean): Promise<void> {
@@ -219,7 +230,8 @@ export class RedisConsumer implements Consumer {
     const ids = keys.map(() => '0');
     let failures = 0;
     while (this.#state === 'running') {
-      await this.#waitForRoom();
+      // Fewer entries held than one read may add.
+      await this.#deliveries.whenBelow(Math.max(o.count, o.concurrency), this.#core.signal);
       if (this.#state !== 'running') break;
       const backlog = ids.some((id) => id !== '>');
       let reply: unknown;
@@ -233,7 +245,7 @@ export class RedisConsumer implements Consumer {
           // The stream or group was deleted under us: recreate it (with startId) and go on.
           await this.#createGroups(false).catch((e: unknown) => this.#report('XGROUP CREATE', e));
         } else this.#report('XREADGROUP', err);
-        await sleep(Math.min(2000, 100 * 2 ** Math.min(failures++, 5)), undefined, { signal: this.#stop.signal }).catch(() => {});
+        await this.#core.pause(Math.min(2000, 100 * 2 ** Math.min(failures++, 5)));
         continue;
       }
       const answered = new Set<number>();
@@ -248,95 +260,17 @@ export class RedisConsumer implements Consumer {
     }
   }
 
-  /** Hands entries to the inbox (or the queue, one batch), or to the dead-letter stream when unreadable. */
-  #accept(stream: ConsumerStream, entries: readonly RawEntry[]): void {
-    const handler = this.#o.handler;
-    const batch: { held: Held; event: OutboxEvent }[] = [];
-    for (const [entryId, fields] of entries) {
+  /** Hands entries to the shared core (a deleted or trimmed one is acked: nothing left to handle). */
+  #accept(stream: ConsumerStream, entries: readonly RawEntry[], deliveries: readonly number[] = []): void {
+    entries.forEach(([entryId, fields], i) => {
       const id = `${stream.key}\u0000${entryId}`;
-      if (this.#held.has(id)) continue; // ours already (a slow handler's entry claimed again)
-      const held: Held = { stream, entryId, fields: fields ?? [], controller: new AbortController(), touchedAt: Date.now(), retrying: false };
+      if (this.#held.has(id)) return; // ours already (a slow handler's entry claimed again)
+      const held: Held = { stream, entryId, fields: fields ?? [], deliveries: deliveries[i] ?? 0, touchedAt: Date.now() };
       this.#held.set(id, held);
-      if (fields === null) {
-        this.#ack(held); // deleted or trimmed while pending: nothing left to handle
-        continue;
-      }
+      if (fields === null) return this.#ack(held);
       this.stats.received++;
-      const parsed = parseStreamEntry(fields, stream.destination);
-      if (!parsed.ok) {
-        this.stats.rejected++;
-        this.#o.logger.warn({ consumer: 'redis', stream: stream.key, entryId, reason: parsed.message }, 'redis consumer: unreadable entry, moved to the dead-letter stream');
-        this.#emitter.fire('rejected', { stream: stream.key, entryId, reason: parsed.message });
-        this.#track(this.#deadLetter(held, null, `unreadable entry: ${parsed.message}`));
-      } else if (handler.kind === 'queue') {
-        batch.push({ held, event: parsed.event });
-      } else {
-        const event = parsed.event;
-        this.#dispatcher.push(event.key, () => this.#handle(held, event, handler.inbox)).catch((err: unknown) => this.#report('handle', err));
-      }
-    }
-    if (handler.kind === 'queue' && batch.length > 0) {
-      this.#dispatcher.push(QUEUE_KEY, () => this.#receive(batch, handler.queue)).catch((err: unknown) => this.#report('queue', err));
-    }
-  }
-
-  async #handle(held: Held, event: OutboxEvent, inbox: Inbox): Promise<void> {
-    this.#byEventId.set(event.id, held);
-    const started = performance.now();
-    let outcome: Awaited<ReturnType<typeof processUntilSettled>> = null;
-    try {
-      for (let failures = 0; ; failures++) {
-        try {
-          outcome = await processUntilSettled(inbox, event, held.controller.signal);
-          break;
-        } catch (err) {
-          // The inbox store itself failed (database down): retry in place, holding the key's order.
-          this.#report('inbox', err);
-          held.retrying = true;
-          if (this.#state === 'stopping') held.controller.abort();
-          const waited = await sleep(Math.min(5000, 100 * 2 ** Math.min(failures, 6)), true, { signal: held.controller.signal }).catch(() => false);
-          if (!waited) break;
-        }
-      }
-    } finally {
-      this.#byEventId.delete(event.id);
-    }
-    if (outcome === null) return this.#release(held);
-    this.stats[outcome.status]++;
-    this.#emitter.fire('settled', { stream: held.stream.key, entryId: held.entryId, id: event.id, type: event.type, status: outcome.status, durationMs: performance.now() - started });
-    if (outcome.status === 'dead') this.#track(this.#deadLetter(held, event, `handler failed ${outcome.attempts} times: ${outcome.error}`));
-    else this.#ack(held);
-  }
-
-  /** Worker mode: one transaction stores the batch in the inbox queue (a redelivered id is ignored), then it is acked. */
-  async #receive(batch: readonly { held: Held; event: OutboxEvent }[], queue: InboxQueue): Promise<void> {
-    const started = performance.now();
-    let refused: QueueRefusal[] = [];
-    for (let failures = 0; ; failures++) {
-      try {
-        refused = await queue.receive(batch.map((b) => b.event));
-        break;
-      } catch (err) {
-        this.#report('queue', err);
-        const waited = await sleep(Math.min(5000, 100 * 2 ** Math.min(failures, 6)), true, { signal: this.#stop.signal }).catch(() => false);
-        if (!waited) return batch.forEach((b) => this.#release(b.held));
-      }
-    }
-    const durationMs = performance.now() - started;
-    const reasons = new Map(refused.map((r) => [r.index, r.reason]));
-    for (const [n, { held, event }] of batch.entries()) {
-      const reason = reasons.get(n);
-      if (reason !== undefined) {
-        // The queue can never hold it: to the dead-letter stream, never retried.
-        this.stats.rejected++;
-        this.#emitter.fire('rejected', { stream: held.stream.key, entryId: held.entryId, reason });
-        this.#track(this.#deadLetter(held, event, reason));
-        continue;
-      }
-      this.stats.queued++;
-      this.#emitter.fire('settled', { stream: held.stream.key, entryId: held.entryId, id: event.id, type: event.type, status: 'queued', durationMs });
-      this.#ack(held);
-    }
+      this.#deliveries.accept(held, parseStreamEntry(fields, stream.destination));
+    });
   }
 
   /** Queues an XACK; acks collected meanwhile go out together, one XACK per stream in one pipeline. */
@@ -373,14 +307,14 @@ export class RedisConsumer implements Consumer {
     }
   }
 
-  /** Adds the entry to the dead-letter stream and acks it, in one MULTI; retried a few times, else left pending. */
-  async #deadLetter(held: Held, event: OutboxEvent | null, reason: string): Promise<void> {
+  /** Adds the entry to the dead-letter stream and acks it, in one MULTI; retried a few times, else left pending (false). */
+  async #deadLetter(held: Held, event: OutboxEvent | null, reason: string): Promise<boolean> {
     const { stream, entryId } = held;
     const o = this.#o;
     const fields = [...held.fields, 'dead.reason', reason.slice(0, 2000), 'dead.stream', stream.key, 'dead.entryId', entryId, 'dead.group', o.group, 'dead.consumer', o.consumer, 'dead.at', new Date().toISOString()];
     try {
       for (let attempt = 1; ; attempt++) {
-        if (this.#commands === null) return; // stopped: stays pending for redelivery
+        if (this.#commands === null) return false; // stopped: stays pending for redelivery
         try {
           const replies = await this.#commands.multi().call('XADD', [stream.deadLetter, '*', ...fields]).call('XACK', [stream.key, o.group, entryId]).exec();
           const failed = replies?.find(([err]) => err)?.[0];
@@ -388,13 +322,14 @@ export class RedisConsumer implements Consumer {
           break;
         } catch (err) {
           this.#report('dead letter', err);
-          if (attempt >= 3) return;
+          if (attempt >= 3) return false;
           await sleep(200 * attempt);
         }
       }
       this.stats.acked++;
       o.logger.warn({ consumer: 'redis', stream: stream.key, entryId, id: event?.id, type: event?.type, deadLetterStream: stream.deadLetter }, 'redis consumer: entry dead-lettered');
       this.#emitter.fire('deadLettered', { stream: stream.key, entryId, id: event?.id ?? null, deadLetterStream: stream.deadLetter, reason });
+      return true;
     } finally {
       this.#release(held);
     }
@@ -448,26 +383,12 @@ export class RedisConsumer implements Consumer {
     const pipeline = this.#commands!.pipeline();
     for (const [id] of entries) pipeline.call('XPENDING', [s.key, o.group, id, id, 1]);
     const counts = ((await pipeline.exec()) ?? []).map(([, r]) => Number((r as [[string, string, number, number]] | null)?.[0]?.[3] ?? 0));
-    const keep: RawEntry[] = [];
-    entries.forEach((entry, i) => {
-      const deliveries = counts[i] ?? 0;
-      if (deliveries <= o.maxDeliveries || entry[1] === null) return void keep.push(entry);
-      const held: Held = { stream: s, entryId: entry[0], fields: entry[1], controller: new AbortController(), touchedAt: Date.now(), retrying: false };
-      this.#held.set(`${s.key}\u0000${entry[0]}`, held);
-      const parsed = parseStreamEntry(entry[1], s.destination);
-      this.#track(this.#deadLetter(held, parsed.ok ? parsed.event : null, `delivered ${deliveries} times without an ack (maxDeliveries ${o.maxDeliveries}): its consumers crashed or stalled while handling it`));
-    });
-    this.#accept(s, keep);
+    this.#accept(s, entries, counts);
   }
 
   async #stopNow(): Promise<void> {
-    await this.#starting?.catch(() => {});
-    if (this.#state !== 'running') return;
     const o = this.#o;
-    this.#state = 'stopping';
-    this.#stop.abort();
     clearTimeout(this.#claimTimer);
-    this.#room?.();
     // UNBLOCK goes over the other connection and may overtake the read it should end: repeat until the loop is out.
     const reading = this.#reading?.then(() => true);
     while (this.#readerId !== null && reading) {
@@ -476,24 +397,20 @@ export class RedisConsumer implements Consumer {
     }
     await this.#reading;
     await this.#claiming;
-    for (const held of this.#held.values()) if (held.retrying) held.controller.abort();
     const settled = async (): Promise<void> => {
-      await this.#dispatcher.onIdle();
-      while (this.#side.size > 0 || this.#flushing) await Promise.allSettled([...this.#side, this.#flushing]);
+      await this.#deliveries.onIdle();
+      while (this.#flushing) await this.#flushing;
     };
     const timer = sleep(o.stopTimeoutMs, 'timeout' as const, { ref: false });
     if ((await Promise.race([settled().then(() => 'done' as const), timer])) === 'timeout') {
       o.logger.warn({ consumer: 'redis', inFlight: this.#held.size }, 'redis consumer: stop timed out; unfinished entries stay pending for redelivery');
-      for (const held of this.#held.values()) held.controller.abort();
+      this.#deliveries.releaseAll();
       await Promise.race([settled(), sleep(1000, undefined, { ref: false })]);
     }
-    this.#unlisten?.();
-    this.#unlisten = null;
     const commands = this.#commands;
     const reader = this.#reader;
     this.#commands = this.#reader = null;
     this.#readerId = null;
-    this.#state = 'stopped';
     reader?.disconnect();
     if (commands && o.connection.kind === 'url') {
       await commands.quit().catch(() => {});
@@ -501,37 +418,18 @@ export class RedisConsumer implements Consumer {
     }
   }
 
-  /** Waits until fewer entries are held than one read may add. */
-  async #waitForRoom(): Promise<void> {
-    const limit = Math.max(this.#o.count, this.#o.concurrency);
-    while (this.#held.size >= limit && this.#state === 'running') {
-      await new Promise<void>((resolve) => (this.#room = resolve));
-    }
-  }
-
+  /** The entry is no longer this process's: acked, or left pending for redelivery. */
   #release(held: Held): void {
     this.#held.delete(`${held.stream.key}\u0000${held.entryId}`);
-    const wake = this.#room;
-    this.#room = null;
-    wake?.();
-  }
-
-  #track(work: Promise<unknown>): void {
-    this.#side.add(work);
-    void work.finally(() => this.#side.delete(work));
   }
 
   /** Reports a failure: an `error` event each time, a log line once per outage of that operation. */
   #report(operation: string, err: unknown): void {
-    const message = connectionProblem(err);
-    this.#emitter.fire('error', { operation, message });
-    if (this.#failing.has(operation)) return;
-    this.#failing.add(operation);
-    this.#o.logger.warn({ consumer: 'redis', address: this.#ctx.address, operation, err: message }, 'redis consumer: operation failed; retrying');
+    this.#core.failed(operation, err);
   }
 
   #recovered(operation: string): void {
-    if (this.#failing.delete(operation)) this.#o.logger.info({ consumer: 'redis', address: this.#ctx.address, operation }, 'redis consumer: operation works again');
+    this.#core.recovered(operation);
   }
 
   /** Our own clients need an error listener, or ioredis prints every reconnect failure to stderr. */

@@ -2,10 +2,12 @@
  * The stream entry RedisTransport writes for one event, and its reader for
  * consumers. Fields, all strings: `id`, `type`, `aggregateType`,
  * `aggregateId`, `key`, `version` (absent when null), `occurredAt` (ISO 8601),
- * `headers` (JSON object), `payload` (JSON). The entry's own stream id
+ * `headers` (JSON object), `payload` (JSON), and the trace context of the
+ * headers again as fields of their own (`traceparent`, `tracestate`), where
+ * tools that read streams look for it. The entry's own stream id
  * (`1718000000000-0`) is Redis's; the event `id` field is the dedup key.
  */
-import { payloadText, type OutboxEvent } from '../../core/envelope.ts';
+import { ownHeader, payloadText, type OutboxEvent } from '../../core/envelope.ts';
 import { checkedInbound } from '../../core/inbound-event.ts';
 
 /**
@@ -27,8 +29,18 @@ export function encodeStreamFields(event: OutboxEvent): string[] {
   ];
   if (event.version !== null) fields.push('version', String(event.version));
   fields.push('occurredAt', event.occurredAt.toISOString(), 'headers', JSON.stringify(event.headers), 'payload', payloadText(event) ?? 'null');
+  const headers = event.headers;
+  if (headers) {
+    for (const name of TRACE_FIELDS) {
+      const value = headers[name];
+      if (typeof value === 'string' && Object.hasOwn(headers, name)) fields.push(name, value);
+    }
+  }
   return fields;
 }
+
+/** Trace context headers that also travel as fields of their own. */
+const TRACE_FIELDS = ['traceparent', 'tracestate'] as const;
 
 /** Bytes of an entry as Redis stores it: every field name and value, UTF-8. */
 export function entryBytes(fields: readonly string[]): number {
@@ -41,7 +53,8 @@ export type ParsedStreamEntry = { readonly ok: true; readonly event: OutboxEvent
 
 /**
  * Reads an entry written by RedisTransport back into an event (the field list
- * of an XRANGE or XREAD entry). Only `id` and `type` are required. Messages
+ * of an XRANGE or XREAD entry). Only `id` and `type` are required; a
+ * `traceparent` or `tracestate` field joins `headers` unless they have it. Messages
  * name the field, never its value. Consumers dedup by `event.id`: Redis keeps
  * every copy of a re-published event.
  *
@@ -78,6 +91,11 @@ export function parseStreamEntry(fields: readonly (string | Buffer)[], destinati
   if (version !== null && !Number.isSafeInteger(version)) return bad('"version" must be an integer');
   const occurredAt = new Date(v.get('occurredAt') ?? Date.now());
   if (Number.isNaN(occurredAt.getTime())) return bad('"occurredAt" must be an ISO 8601 date');
+  for (const name of TRACE_FIELDS) {
+    // An entry from another writer may carry the trace context only as fields.
+    const value = v.get(name);
+    if (value !== undefined && !Object.hasOwn(headers, name)) ownHeader(headers as Record<string, string>, name, value);
+  }
   const aggregateType = v.get('aggregateType') ?? '';
   const aggregateId = v.get('aggregateId') ?? '';
   return checkedInbound({

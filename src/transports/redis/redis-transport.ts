@@ -1,3 +1,4 @@
+import { brokerOutage, startDespiteOutage } from '../../core/broker-outage.ts';
 import type { Redis } from 'ioredis';
 import type { OutboxEvent } from '../../core/envelope.ts';
 import { TransportError } from '../../core/errors.ts';
@@ -54,8 +55,10 @@ export class RedisTransport implements Transport {
    * Connects and checks the server with PING (and, for a password given to
    * the default user, that the server wants one). Throws ConfigError naming
    * `url`, `username`, `password`, `tls` or `client` when the address or
-   * credentials are wrong; never with the password in the message. Reopens
-   * after `close()`.
+   * credentials are wrong; never with the password in the message. When
+   * nothing answers (refused, unknown host, timeout) it logs a warning and
+   * resolves: the events wait as destination-down and the next publish
+   * connects. Reopens after `close()`.
    */
   async start(signal?: AbortSignal): Promise<void> {
     signal?.throwIfAborted();
@@ -63,8 +66,15 @@ export class RedisTransport implements Transport {
       await this.#closing;
       this.#closing = null;
     }
-    if (this.#started) return;
-    this.#starting ??= this.#start(signal ?? new AbortController().signal).finally(() => {
+    const o = this.#options;
+    // Unreachable: the first publish connects (the relay's probe); wrong credentials or TLS still throw.
+    await startDespiteOutage({ transport: 'redis', address: this.#startContext.address, logger: o.logger }, () => this.#connectOnce(signal ?? new AbortController().signal), signal);
+  }
+
+  /** Connects and verifies unless started (concurrent calls share one attempt); rejects with the ConfigError of a failed attempt. */
+  #connectOnce(signal: AbortSignal): Promise<void> {
+    if (this.#started) return Promise.resolve();
+    this.#starting ??= this.#start(signal).finally(() => {
       this.#starting = null;
     });
     return this.#starting;
@@ -97,9 +107,11 @@ export class RedisTransport implements Transport {
   async #publish(events: readonly OutboxEvent[], signal: AbortSignal): Promise<PublishOutcome[]> {
     if (!this.#started) {
       try {
-        await this.start(signal);
+        await this.#connectOnce(signal);
       } catch (err) {
-        const error = new TransportError('retriable', `the Redis transport could not start: ${err instanceof Error ? err.message : String(err)}`);
+        // Nothing answers (started during an outage): destination-down, so the events wait instead of using up attempts.
+        const kind = brokerOutage(err) === null ? 'retriable' : 'destination-down';
+        const error = new TransportError(kind, `the Redis transport could not start: ${err instanceof Error ? err.message : String(err)}`);
         return events.map(() => ({ ok: false, error }));
       }
     }

@@ -1,0 +1,444 @@
+/**
+ * txbox next to a peer, graphile-worker used as an outbox (the job added with
+ * `add_job` in the producer's transaction, a task that publishes the event),
+ * side by side in ONE run, rounds alternated:
+ *
+ * - drain: a backlog of BENCH_PEER_NOOP_EVENTS (50000) events to a no-op sink,
+ *   BENCH_PEER_HTTP_EVENTS (20000) to an HTTP receiver (a child process
+ *   answering 204), BENCH_PEER_NATS_EVENTS (20000) to NATS JetStream (ack
+ *   awaited, a fresh file stream per run). txbox's relay and graphile-worker
+ *   each run in a child process and publish through the same txbox
+ *   transport; graphile-worker one event per job, txbox in batches.
+ * - latency: commit-to-publish p50/p99 at BENCH_RATES (500,1000) events/s,
+ *   one event per transaction from 8 paced connections, LISTEN/NOTIFY, no-op
+ *   sink, relay or worker in this process (one clock).
+ * - producer: transactions/s of BENCH_CLIENTS (4) writers, each transaction
+ *   one event (txbox enqueue, notify on as by default; graphile-worker add_job).
+ *
+ *   node --conditions=txbox-source --import tsx bench/peer-graphile-worker.ts
+ *
+ * graphile-worker runs in its own schema (bench_gw_<random>, dropped at the
+ * end) tuned per its performance docs: BENCH_GW_CONCURRENCY (32) concurrent
+ * jobs, localQueue size BENCH_GW_LOCAL_QUEUE (500; 1 turns it off),
+ * completeJobBatchDelay BENCH_GW_COMPLETE_DELAY (0; -1 off), pool
+ * BENCH_GW_POOL (34), prepared statements, useNodeTime. It runs jobs in any
+ * order; txbox keeps per-key order (graphile-worker's named queues would, at
+ * a cost not measured here).
+ *
+ * Each drain also reports CPU per event (µs): the relay's or the worker's
+ * process, the HTTP receiver's, PostgreSQL's (every `postgres` process,
+ * exited backends included through the postmaster's children time) and the
+ * whole machine's, with the share of the run it was idle (from /proc/stat): a
+ * drain that leaves the cores idle waits on round trips, not on CPU. Figures
+ * from other work on the machine land in the PostgreSQL and machine columns.
+ *
+ * Targets (issue 16): HTTP and NATS drains at least 2x graphile-worker's in
+ * the same run; the table prints each next to the ratio.
+ *
+ * Settings: BENCH_ROUNDS (3), BENCH_PARTS (drain,latency,producer), BENCH_PEER_SINKS (noop,http,nats: which drains),
+ * BENCH_LATENCY_SECONDS (10), BENCH_SECONDS (10, producer, per system and round), BENCH_KEYS (1000).
+ */
+import pg from 'pg';
+import { fork, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { run, runMigrations } from 'graphile-worker';
+import type { OutboxEvent } from 'txbox';
+import { Backlog, benchOutbox, DATABASE_URL, envInt, envList, fmtInt, log, machine, mb, median, orderEvent, percentile, perSec, printTable, resetOutbox, settle, summary, withBench, type Bench } from './lib.ts';
+import { startRelayWorker, type RelayWorkerConfig } from './relay-process.ts';
+import { fmtMs, measureCommitToAck } from './commit-to-ack.ts';
+import { NATS_SERVERS, type BrokerSpec } from './broker-transports.ts';
+import { graphileOptions, type EventJob, type GraphileWorkerConfig, type GraphileWorkerMessage } from './graphile-worker-process.ts';
+import type { ReceiverMessage } from './receiver-process.ts';
+import type { CpuWindow } from './cpu-window.ts';
+
+const NOOP_EVENTS = envInt('BENCH_PEER_NOOP_EVENTS', 50_000);
+const HTTP_EVENTS = envInt('BENCH_PEER_HTTP_EVENTS', 20_000);
+const NATS_EVENTS = envInt('BENCH_PEER_NATS_EVENTS', 20_000);
+const ROUNDS = envInt('BENCH_ROUNDS', 3);
+const KEYS = envInt('BENCH_KEYS', 1000);
+const RATES = envList('BENCH_RATES', [500, 1000]);
+const LATENCY_SECONDS = envInt('BENCH_LATENCY_SECONDS', 10);
+const PRODUCER_SECONDS = envInt('BENCH_SECONDS', 10);
+const WRITERS = envInt('BENCH_CLIENTS', 4);
+const PARTS = (process.env.BENCH_PARTS ?? 'drain,latency,producer').split(',').map((s) => s.trim());
+const SINKS = (process.env.BENCH_PEER_SINKS ?? 'noop,http,nats').split(',').map((s) => s.trim());
+/** The ratio issue 16 asks of the HTTP and NATS drains. */
+const TARGET = 2;
+const signedInt = (name: string, fallback: number): number => (process.env[name] ? Number(process.env[name]) : fallback);
+const GW = {
+  concurrentJobs: envInt('BENCH_GW_CONCURRENCY', 32),
+  localQueueSize: signedInt('BENCH_GW_LOCAL_QUEUE', 500),
+  completeJobBatchDelay: signedInt('BENCH_GW_COMPLETE_DELAY', 0),
+  maxPoolSize: envInt('BENCH_GW_POOL', 34),
+};
+const GW_WORKER = fileURLToPath(new URL('./graphile-worker-process.ts', import.meta.url));
+const RECEIVER = fileURLToPath(new URL('./receiver-process.ts', import.meta.url));
+const TSX = ['--conditions=txbox-source', '--import', 'tsx'];
+const runId = randomBytes(3).toString('hex');
+
+/** graphile-worker's schema for this run: migrated once, its jobs table refilled before each drain. */
+class GraphileSchema {
+  private constructor(
+    readonly name: string,
+    private readonly bench: Bench,
+  ) {}
+
+  static async create(bench: Bench): Promise<GraphileSchema> {
+    const name = `bench_gw_${runId}`;
+    await runMigrations(graphileOptions({ schema: name, ...GW }));
+    return new GraphileSchema(name, bench);
+  }
+
+  /** Empties the jobs table and adds the first `n` events of txbox's backlog as jobs (the same envelopes), not timed. */
+  async restore(n: number): Promise<void> {
+    const s = `"${this.name}"`;
+    await this.bench.sql(`TRUNCATE ${s}._private_jobs`);
+    for (let offset = 0; offset < n; offset += 5000) {
+      await this.bench.sql(
+        `SELECT count(*) FROM ${s}.add_jobs(ARRAY(
+           SELECT ROW('publish', json_build_object('id', id, 'type', type, 'aggregateType', aggregate_type, 'aggregateId', aggregate_id,
+             'key', key, 'destination', destination, 'payload', payload, 'headers', headers, 'occurredAt', occurred_at, 'version', version),
+             NULL, NULL, NULL, NULL, NULL, NULL)::${s}.job_spec
+           FROM "${this.bench.schema}".backlog ORDER BY seq LIMIT $1 OFFSET $2))`,
+        [Math.min(5000, n - offset), offset],
+      );
+    }
+    await this.bench.sql(`VACUUM (ANALYZE) ${s}._private_jobs`);
+    await this.bench.sql('CHECKPOINT');
+  }
+
+  async truncate(): Promise<void> {
+    await this.bench.sql(`TRUNCATE "${this.name}"._private_jobs`);
+  }
+
+  async drop(): Promise<void> {
+    await this.bench.sql(`DROP SCHEMA IF EXISTS "${this.name}" CASCADE`);
+  }
+}
+
+type Sink = RelayWorkerConfig['transport'];
+
+interface DrainResult {
+  readonly rate: number;
+  readonly rss: number;
+  /** Events drained, and the drain's own process's CPU time over the timed part. */
+  readonly n: number;
+  readonly cpuMs: number;
+  readonly window: CpuWindow | undefined;
+}
+
+async function txboxDrain(bench: Bench, backlog: Backlog, n: number, sink: Sink): Promise<DrainResult> {
+  await backlog.restore(n);
+  const r = await startRelayWorker({ schema: bench.schema, batchSize: 500, lanes: 2, deleteOnPublish: false, expect: n, transport: sink }).result;
+  if (r.errors.length > 0) log(`  txbox relay errors: ${r.errors.join(' | ')}`);
+  return { rate: perSec(r.published, r.ms), rss: r.rssMax, n: r.published, cpuMs: r.cpuMs ?? Number.NaN, window: r.cpuWindow };
+}
+
+async function graphileDrain(gw: GraphileSchema, n: number, sink: Sink): Promise<DrainResult> {
+  await gw.restore(n);
+  const config: GraphileWorkerConfig = { schema: gw.name, expect: n, transport: sink, ...GW };
+  const child = fork(GW_WORKER, [], { execArgv: TSX, env: { ...process.env, BENCH_GW_WORKER: JSON.stringify(config) }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const m = await new Promise<GraphileWorkerMessage>((resolve, reject) => {
+    child.once('message', resolve);
+    child.once('exit', (code) => reject(new Error(`graphile-worker process exited with ${String(code)} before reporting`)));
+  });
+  if (m.type === 'error') throw new Error(`graphile-worker process failed: ${m.message}`);
+  if (m.result.failed > 0) log(`  graphile-worker: ${m.result.failed} failed jobs (retried)`);
+  return { rate: perSec(m.result.completed, m.result.ms), rss: m.result.rssMax, n: m.result.completed, cpuMs: m.result.cpuMs, window: m.result.cpuWindow };
+}
+
+interface CpuPerEvent {
+  readonly own: number;
+  readonly receiver: number;
+  readonly postgres: number;
+  readonly machine: number;
+  /** Share of the machine's CPU time left idle during the drain. */
+  readonly idle: number;
+}
+
+/**
+ * Runs one drain and splits the CPU it took per event: the drain's process,
+ * PostgreSQL and the machine over its timed part (measured by the child), the
+ * receiver from before to after (it does nothing else meanwhile).
+ */
+async function measuredDrain(receiver: Receiver | null, drain: () => Promise<DrainResult>): Promise<DrainResult & { cpu: CpuPerEvent }> {
+  const before = receiver ? await receiver.cpuUs() : 0;
+  const r = await drain();
+  const after = receiver ? await receiver.cpuUs() : 0;
+  const us = (ms: number): number => (ms * 1000) / Math.max(1, r.n);
+  const w = r.window;
+  return {
+    ...r,
+    cpu: {
+      own: us(r.cpuMs),
+      receiver: (after - before) / Math.max(1, r.n),
+      postgres: w ? us(w.postgresMs) : Number.NaN,
+      machine: w ? us(w.machineBusyMs) : Number.NaN,
+      idle: w && w.machineTotalMs > 0 ? 1 - w.machineBusyMs / w.machineTotalMs : Number.NaN,
+    },
+  };
+}
+
+const fmtCpu = (c: CpuPerEvent): string =>
+  `CPU per event: own ${fmtInt(c.own)} µs, receiver ${fmtInt(c.receiver)} µs, postgres ${fmtInt(c.postgres)} µs, machine ${fmtInt(c.machine)} µs (idle ${(c.idle * 100).toFixed(0)}%)`;
+
+/** A fresh JetStream file stream per run, so that no run's publishes are deduplicated against another's. */
+async function natsStreams(): Promise<{ fresh(): Promise<BrokerSpec>; close(): Promise<void> }> {
+  const { connect } = await import('@nats-io/transport-node');
+  const { jetstreamManager, StorageType } = await import('@nats-io/jetstream');
+  const nc = await connect({ servers: NATS_SERVERS });
+  const jsm = await jetstreamManager(nc);
+  const made: string[] = [];
+  return {
+    async fresh() {
+      const stream = `BENCH_PEER_${runId}_${made.length + 1}`;
+      const subject = `benchpeer.${runId}.${made.length + 1}.orders`;
+      await jsm.streams.add({ name: stream, subjects: [subject], storage: StorageType.File });
+      made.push(stream);
+      return { kind: 'nats', subject, stream };
+    },
+    async close() {
+      for (const s of made) await jsm.streams.delete(s).catch(() => {});
+      await nc.close();
+    },
+  };
+}
+
+interface Receiver {
+  readonly url: string;
+  /** The receiver process's CPU time so far, µs. */
+  cpuUs(): Promise<number>;
+  close(): Promise<void>;
+}
+
+async function startReceiver(): Promise<Receiver> {
+  const child: ChildProcess = fork(RECEIVER, [], { execArgv: TSX, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const url = await new Promise<string>((resolve, reject) => {
+    child.once('message', (m: ReceiverMessage) => (m.type === 'listening' ? resolve(m.url) : reject(new Error(`receiver said ${m.type}`))));
+    child.once('exit', (code) => reject(new Error(`receiver exited with ${String(code)}`)));
+  });
+  return {
+    url,
+    cpuUs: () =>
+      new Promise<number>((resolve) => {
+        const on = (m: ReceiverMessage): void => {
+          if (m.type !== 'cpu') return;
+          child.off('message', on);
+          resolve(m.us);
+        };
+        child.on('message', on);
+        child.send({ type: 'cpu' });
+      }),
+    close: async () => {
+      child.send({ type: 'close' });
+      await new Promise((resolve) => child.once('exit', resolve));
+    },
+  };
+}
+
+function eventJob(e: ReturnType<typeof orderEvent>, id: string): EventJob {
+  return {
+    id,
+    type: e.type,
+    aggregateType: e.aggregateType,
+    aggregateId: String(e.aggregateId),
+    key: `${e.aggregateType}:${String(e.aggregateId)}`,
+    destination: e.destination,
+    payload: e.payload,
+    headers: { ...e.headers },
+    occurredAt: new Date().toISOString(),
+    version: null,
+  };
+}
+
+/** graphile-worker's commit-to-publish latency, measured as bench/commit-to-ack.ts measures txbox's. */
+async function graphileLatency(gw: GraphileSchema, rate: number): Promise<{ p50: number; p99: number; acked: number; produced: number }> {
+  await gw.truncate();
+  const committedAt = new Map<string, number>();
+  const ackedAt = new Map<string, number>();
+  const now = (): number => performance.timeOrigin + performance.now();
+  const runner = await run({
+    ...graphileOptions({ schema: gw.name, ...GW }),
+    taskList: {
+      async publish(payload) {
+        const id = (payload as EventJob).id;
+        if (!ackedAt.has(id)) ackedAt.set(id, now());
+      },
+    },
+  });
+  const clients = await Promise.all(
+    Array.from({ length: 8 }, async () => {
+      const c = new pg.Client({ connectionString: DATABASE_URL });
+      await c.connect();
+      return c;
+    }),
+  );
+  const addJob = `SELECT "${gw.name}".add_job('publish', $1::json)`;
+  const total = rate * LATENCY_SECONDS;
+  const interval = 1000 / rate;
+  let next = 0;
+  const started = performance.now();
+  await Promise.all(
+    clients.map(async (c) => {
+      for (;;) {
+        const t = next++;
+        if (t >= total) return;
+        const wait = started + t * interval - performance.now();
+        if (wait > 1) await sleep(wait);
+        const id = crypto.randomUUID();
+        await c.query('BEGIN');
+        await c.query(addJob, [JSON.stringify(eventJob(orderEvent(t, t % KEYS), id))]);
+        await c.query('COMMIT');
+        committedAt.set(id, now());
+      }
+    }),
+  );
+  const deadline = performance.now() + 30_000;
+  while (ackedAt.size < total && performance.now() < deadline) await sleep(20);
+  await runner.stop();
+  await Promise.all(clients.map((c) => c.end()));
+  const latencies = [...committedAt].map(([id, t]) => (ackedAt.get(id) ?? Number.NaN) - t).filter((x) => !Number.isNaN(x)).sort((a, b) => a - b);
+  return { p50: percentile(latencies, 50), p99: percentile(latencies, 99), acked: latencies.length, produced: committedAt.size };
+}
+
+/** WRITERS connections, one event per transaction, for PRODUCER_SECONDS: transactions per second. */
+async function producer(bench: Bench, gw: GraphileSchema, system: 'txbox' | 'graphile-worker'): Promise<number> {
+  await resetOutbox(bench);
+  await gw.truncate();
+  await settle(bench);
+  const outbox = benchOutbox(bench, true);
+  const addJob = `SELECT "${gw.name}".add_job('publish', $1::json)`;
+  const clients = await Promise.all(
+    Array.from({ length: WRITERS }, async () => {
+      const c = new pg.Client({ connectionString: DATABASE_URL });
+      await c.connect();
+      return c;
+    }),
+  );
+  let count = 0;
+  const deadline = performance.now() + PRODUCER_SECONDS * 1000;
+  const started = performance.now();
+  await Promise.all(
+    clients.map(async (c) => {
+      while (performance.now() < deadline) {
+        const i = count;
+        const customer = i % KEYS;
+        await c.query('BEGIN');
+        if (system === 'txbox') await outbox.enqueue(c, orderEvent(i, customer));
+        else await c.query(addJob, [JSON.stringify(eventJob(orderEvent(i, customer), crypto.randomUUID()))]);
+        await c.query('COMMIT');
+        count++;
+      }
+    }),
+  );
+  const ms = performance.now() - started;
+  await Promise.all(clients.map((c) => c.end()));
+  return perSec(count, ms);
+}
+
+interface Row {
+  readonly what: string;
+  readonly unit: string;
+  readonly txbox: number[];
+  readonly gw: number[];
+  /** Lower is better (latency). */
+  readonly lower?: boolean;
+  /** The ratio asked for (issue 16), if any. */
+  readonly target?: number;
+}
+
+await withBench('peer', async (bench) => {
+  log(`${machine()}`);
+  log(`txbox vs graphile-worker: ${ROUNDS} round(s), parts ${PARTS.join(', ')}, drains ${SINKS.join(', ')}; graphile-worker ${JSON.stringify(GW)}; txbox relay batch 500, lanes 2`);
+  const gw = await GraphileSchema.create(bench);
+  const rows: Row[] = [];
+  const row = (what: string, unit: string, lower = false, target?: number): Row => {
+    const r: Row = { what, unit, txbox: [], gw: [], lower, ...(target === undefined ? {} : { target }) };
+    rows.push(r);
+    return r;
+  };
+  try {
+    if (PARTS.includes('drain')) {
+      const sizes = { noop: NOOP_EVENTS, http: HTTP_EVENTS, nats: NATS_EVENTS } as Record<string, number>;
+      const backlog = await Backlog.create(bench, Math.max(...SINKS.map((s) => sizes[s] ?? 0)), KEYS);
+      const receiver = await startReceiver();
+      const nats = await natsStreams();
+      try {
+        const all: { name: string; row: () => Row; n: number; sink: () => Promise<Sink>; receiver: Receiver | null }[] = [
+          { name: 'noop', row: () => row(`drain ${fmtInt(NOOP_EVENTS)} no-op`, 'events/s'), n: NOOP_EVENTS, sink: async () => ({ kind: 'noop' }), receiver: null },
+          { name: 'http', row: () => row(`drain ${fmtInt(HTTP_EVENTS)} HTTP`, 'events/s', false, TARGET), n: HTTP_EVENTS, sink: async () => ({ kind: 'http', url: receiver.url }), receiver },
+          { name: 'nats', row: () => row(`drain ${fmtInt(NATS_EVENTS)} NATS (ack awaited)`, 'events/s', false, TARGET), n: NATS_EVENTS, sink: async () => ({ kind: 'broker', spec: await nats.fresh() }), receiver: null },
+        ];
+        const sinks = all.filter((s) => SINKS.includes(s.name)).map((s) => ({ ...s, row: s.row() }));
+        for (let round = 1; round <= ROUNDS; round++) {
+          for (const s of sinks) {
+            const order = round % 2 === 1 ? (['txbox', 'gw'] as const) : (['gw', 'txbox'] as const);
+            for (const who of order) {
+              const sink = await s.sink();
+              const r = await measuredDrain(s.receiver, () => (who === 'txbox' ? txboxDrain(bench, backlog, s.n, sink) : graphileDrain(gw, s.n, sink)));
+              (who === 'txbox' ? s.row.txbox : s.row.gw).push(r.rate);
+              log(`round ${round} ${s.row.what}: ${who === 'txbox' ? 'txbox' : 'graphile-worker'} ${fmtInt(r.rate)} events/s, max RSS ${mb(r.rss)} MB; ${fmtCpu(r.cpu)}; ${machine()}`);
+            }
+          }
+        }
+      } finally {
+        await nats.close();
+        await receiver.close();
+      }
+    }
+    if (PARTS.includes('latency')) {
+      for (const rate of RATES) {
+        const p50 = row(`latency @${fmtInt(rate)}/s p50`, 'ms', true);
+        const p99 = row(`latency @${fmtInt(rate)}/s p99`, 'ms', true);
+        for (let round = 1; round <= ROUNDS; round++) {
+          const order = round % 2 === 1 ? (['txbox', 'gw'] as const) : (['gw', 'txbox'] as const);
+          for (const who of order) {
+            const r =
+              who === 'txbox'
+                ? await measureCommitToAck(bench, { rate, seconds: LATENCY_SECONDS, clients: 8, keys: KEYS, notify: true, pollIntervalMs: 1000, transport: 'noop' })
+                : await graphileLatency(gw, rate);
+            (who === 'txbox' ? p50.txbox : p50.gw).push(r.p50);
+            (who === 'txbox' ? p99.txbox : p99.gw).push(r.p99);
+            log(`round ${round} latency @${rate}/s: ${who === 'txbox' ? 'txbox' : 'graphile-worker'} p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms (${fmtInt(r.acked)}/${fmtInt(r.produced)} acked)`);
+          }
+        }
+      }
+    }
+    if (PARTS.includes('producer')) {
+      const p = row(`producer, ${WRITERS} writers, 1 event/tx`, 'tx/s');
+      for (let round = 1; round <= ROUNDS; round++) {
+        const order = round % 2 === 1 ? (['txbox', 'graphile-worker'] as const) : (['graphile-worker', 'txbox'] as const);
+        for (const who of order) {
+          const r = await producer(bench, gw, who);
+          (who === 'txbox' ? p.txbox : p.gw).push(r);
+          log(`round ${round} producer: ${who} ${fmtInt(r)} tx/s`);
+        }
+      }
+    }
+  } finally {
+    await gw.drop();
+  }
+  const fmt = (r: Row, x: number): string => (r.unit === 'ms' ? x.toFixed(2) : fmtInt(x));
+  // The ratio of runs next to each other in time (the same round), then the median: drift on a shared machine cancels out.
+  const ratios = (r: Row): number[] => r.txbox.map((t, i) => t / r.gw[i]!);
+  console.log(`\ntxbox and graphile-worker in one run, median of ${ROUNDS} round(s) (per round in parentheses); ratio = txbox / graphile-worker within each round:`);
+  printTable(
+    ['measure', 'unit', 'txbox', 'graphile-worker', 'ratio, median (per round)', 'target'],
+    rows.map((r) => {
+      const rs = ratios(r);
+      return [
+        r.what,
+        r.unit,
+        `${fmt(r, median(r.txbox))} (${r.txbox.map((x) => fmt(r, x)).join(' / ')})`,
+        `${fmt(r, median(r.gw))} (${r.gw.map((x) => fmt(r, x)).join(' / ')})`,
+        `${median(rs).toFixed(2)}x (${rs.map((x) => x.toFixed(2)).join(' / ')})`,
+        r.target === undefined ? '' : `>= ${r.target.toFixed(2)}x: ${median(rs) >= r.target ? 'met' : 'NOT met'} (${rs.filter((x) => x >= r.target!).length}/${rs.length} rounds)`,
+      ];
+    }),
+  );
+  for (const r of rows) {
+    summary('peer-graphile-worker', `${r.what}: txbox ${fmt(r, median(r.txbox))} ${r.unit}, graphile-worker ${fmt(r, median(r.gw))} ${r.unit} (txbox / graphile-worker per round, median ${median(ratios(r)).toFixed(2)}x${r.lower ? ', lower is better' : ''}${r.target === undefined ? '' : `; target >= ${r.target.toFixed(2)}x ${median(ratios(r)) >= r.target ? 'met' : 'NOT met'}`})`);
+  }
+});

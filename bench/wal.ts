@@ -1,0 +1,245 @@
+/**
+ * The WAL wake mode against LISTEN/NOTIFY, in one run on one database:
+ * commit-to-publish latency at BENCH_RATES (500, 1000 events/s; single-event
+ * transactions, relay in this process, no-op transport), producer
+ * transactions/s (unpaced, BENCH_CLIENTS connections, each mode with its relay
+ * running in a child process: NOTIFY producers + a LISTENing relay, against
+ * producers without NOTIFY + a relay streaming its slot), and a no-op drain of
+ * BENCH_EVENTS events per mode with the relay's RSS (child process).
+ *
+ *   node --conditions=txbox-source --import tsx bench/wal.ts
+ *
+ * Settings: BENCH_LATENCY_SECONDS (10), BENCH_RATES (500,1000), BENCH_PRODUCER_SECONDS (10),
+ * BENCH_CLIENTS (4), BENCH_ROUNDS (2), BENCH_EVENTS (200000), BENCH_KEYS (1000), BENCH_SLOTS (1,3),
+ * BENCH_DRAIN_REPEAT (2, interleaved), BENCH_SECTIONS (latency,producer,slots,drain),
+ * BENCH_DRAIN_NODE_FLAGS (`|`-separated node flag sets for the drain's relay process, each run
+ * interleaved with the others, e.g. `|--max-semi-space-size=4`; default: one set, none).
+ *
+ * BENCH_RELAY_BUILD=dist: the drain's (and the idle) relay process is plain node over the built
+ * package (bench/relay-worker-dist.mjs: no tsx, no benchmark modules), as `txbox relay` runs;
+ * build first with `rm -rf dist && npx tsc -p tsconfig.build.json`. Default: src (tsx).
+ *
+ * The drain section also starts an idle relay process (no events, 3 s) and reports its RSS: the
+ * floor of a relay process here (node, tsx, pg, txbox loaded), next to the drains' maxima.
+ *
+ * The cost of slots: with BENCH_SLOTS streams open on the outbox's publication
+ * (no relay), unpaced producers for BENCH_PRODUCER_SECONDS; the walsenders' CPU
+ * (from /proc) per second and per 1,000 outbox commits, and the time to create
+ * a temporary slot and start streaming.
+ */
+import pg from 'pg';
+import { createRelay } from 'txbox';
+import { readFileSync } from 'node:fs';
+import { dropPublication, pgConnection, PostgresRelayStore, walSlots } from 'txbox/postgres';
+import { Backlog, benchOutbox, DATABASE_URL, NoopTransport, envInt, envList, fmtInt, log, mb, median, orderEvent, perSec, printTable, resetOutbox, settle, summary, withBench, type Bench } from './lib.ts';
+import { fmtMs, measureCommitToAck } from './commit-to-ack.ts';
+import { startRelayWorker } from './relay-process.ts';
+import { StageTrace } from './wal-stages.ts';
+
+const SECONDS = envInt('BENCH_LATENCY_SECONDS', 10);
+const RATES = envList('BENCH_RATES', [500, 1000]);
+const PRODUCER_SECONDS = envInt('BENCH_PRODUCER_SECONDS', 10);
+const CLIENTS = envInt('BENCH_CLIENTS', 4);
+const ROUNDS = envInt('BENCH_ROUNDS', 2);
+const EVENTS = envInt('BENCH_EVENTS', 200_000);
+const KEYS = envInt('BENCH_KEYS', 1000);
+const MODES = ['notify', 'wal'] as const;
+const SLOTS = envList('BENCH_SLOTS', [1, 3]);
+const DRAIN_REPEAT = envInt('BENCH_DRAIN_REPEAT', 2);
+const DRAIN_FLAGS = (process.env.BENCH_DRAIN_NODE_FLAGS ?? '').split('|').map((f) => f.split(' ').filter(Boolean));
+const BUILD = process.env.BENCH_RELAY_BUILD === 'dist' ? 'dist' : 'src';
+/** Issue 16's targets, printed next to the figures. */
+const TARGET = { p50Ms: 1.0, p99Ms: 5, rssMb: 150 };
+/** BENCH_SECTIONS: comma list of latency, claims, producer, slots, drain (default all). */
+const SECTIONS = new Set((process.env.BENCH_SECTIONS ?? 'latency,claims,producer,slots,drain').split(','));
+const CLAIM_EVENTS = envInt('BENCH_CLAIM_EVENTS', 200);
+
+/**
+ * Claims per event when only wake-ups start claims (polling off): CLAIM_EVENTS single-event
+ * commits 20 ms apart, relay in process (2 lanes), no-op transport. Load-independent where the
+ * latency is not: each event needs one claim that finds it and one that comes back empty;
+ * anything above 2 is claims of lanes woken for nothing.
+ */
+async function claimsPerEvent(bench: Bench, wake: 'notify' | 'wal'): Promise<{ perEvent: number; empty: number; acked: number }> {
+  await resetOutbox(bench);
+  await settle(bench);
+  const connection = pgConnection({ connectionString: DATABASE_URL, maxConnections: 4 });
+  const trace = new StageTrace(() => performance.now());
+  const inner = new PostgresRelayStore({ schema: bench.schema, connection, wake });
+  let acked = 0;
+  const relay = createRelay({ store: trace.wrap(inner), transport: new NoopTransport((e) => (acked += e.length)), pollIntervalMs: 600_000, minPollIntervalMs: 600_000 });
+  await relay.start();
+  while (wake === 'wal' && (await inner.wakeStatus()).mode !== 'wal') await new Promise((r) => setTimeout(r, 20));
+  await new Promise((r) => setTimeout(r, 300));
+  const before = trace.claimCounts();
+  const outbox = benchOutbox(bench, wake === 'notify');
+  const c = new pg.Client({ connectionString: DATABASE_URL });
+  await c.connect();
+  for (let i = 0; i < CLAIM_EVENTS; i++) {
+    await c.query('BEGIN');
+    await outbox.enqueue(c, orderEvent(i, i % KEYS));
+    await c.query('COMMIT');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  const deadline = Date.now() + 30_000;
+  while (acked < CLAIM_EVENTS && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  await new Promise((r) => setTimeout(r, 300));
+  const after = trace.claimCounts();
+  await c.end();
+  await relay.stop();
+  await connection.close();
+  return { perEvent: (after.claims - before.claims) / CLAIM_EVENTS, empty: after.empty - before.empty, acked };
+}
+
+/** CPU ms (user + system) of one process, from /proc; 0 once it is gone. */
+function cpuMs(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return 0;
+  }
+}
+
+/** Unpaced single-event transactions without NOTIFY from CLIENTS connections for PRODUCER_SECONDS; returns how many. */
+async function produceUnpaced(bench: Bench, notify: boolean): Promise<{ count: number; ms: number }> {
+  const outbox = benchOutbox(bench, notify);
+  const clients = await Promise.all(Array.from({ length: CLIENTS }, async () => {
+    const c = new pg.Client({ connectionString: DATABASE_URL });
+    await c.connect();
+    return c;
+  }));
+  let count = 0;
+  const started = performance.now();
+  const until = started + PRODUCER_SECONDS * 1000;
+  await Promise.all(clients.map(async (c) => {
+    while (performance.now() < until) {
+      await c.query('BEGIN');
+      await outbox.enqueue(c, orderEvent(count, count % KEYS));
+      await c.query('COMMIT');
+      count++;
+    }
+  }));
+  const ms = performance.now() - started;
+  await Promise.all(clients.map((c) => c.end()));
+  return { count, ms };
+}
+
+async function slotCost(bench: Bench, slots: number): Promise<string[]> {
+  await resetOutbox(bench);
+  await settle(bench);
+  // Relay stores in the WAL mode without relays: each opens its slot at its first wait.
+  const stores: PostgresRelayStore[] = [];
+  const startMs: number[] = [];
+  const idle = new AbortController();
+  try {
+    for (let i = 0; i < slots; i++) {
+      const t = performance.now();
+      const store = new PostgresRelayStore({ schema: bench.schema, connection: bench.connection, wake: 'wal' });
+      stores.push(store);
+      await store.waitForEvents(1, idle.signal);
+      while ((await store.wakeStatus()).mode !== 'wal') await new Promise((r) => setTimeout(r, 5));
+      startMs.push(performance.now() - t);
+    }
+    const pids = (await walSlots(bench.connection, bench.names)).flatMap((s) => (s.active && s.activePid !== null ? [s.activePid] : []));
+    const wakeupsBefore = stores.reduce((a, s) => a + s.wakeups(), 0);
+    const before = pids.map(cpuMs);
+    const r = await produceUnpaced(bench, false);
+    const cpu = pids.map((p, i) => cpuMs(p) - before[i]!);
+    const total = cpu.reduce((a, b) => a + b, 0);
+    const commits = stores.reduce((a, s) => a + s.wakeups(), 0) - wakeupsBefore;
+    const lag = Math.max(0, ...(await walSlots(bench.connection, bench.names)).map((s) => s.lagBytes));
+    log(`${slots} slot(s): ${fmtInt(perSec(r.count, r.ms))} tx/s, ${fmtInt(commits)} wake-ups, walsenders ${fmtInt(total)} ms CPU (${(total / (r.ms / 1000)).toFixed(0)} ms/s), slot start ${startMs.map((m) => m.toFixed(1)).join(', ')} ms, max lag at the end ${fmtInt(lag)} bytes`);
+    return [String(slots), fmtInt(perSec(r.count, r.ms)), (total / (r.ms / 1000) / slots).toFixed(0), ((1000 * total) / Math.max(1, r.count) / slots).toFixed(1), median(startMs).toFixed(1), fmtInt(lag)];
+  } finally {
+    for (const s of stores) await s.close();
+  }
+}
+
+/** Producer tx/s with the mode's relay running in a child process (NOTIFY producers for notify, none for wal). */
+async function producerRate(bench: Bench, wake: 'notify' | 'wal'): Promise<number> {
+  await resetOutbox(bench);
+  await settle(bench);
+  const worker = startRelayWorker({ schema: bench.schema, batchSize: 500, lanes: 2, deleteOnPublish: false, wake, transport: { kind: 'noop' } });
+  await worker.started;
+  if (wake === 'wal') {
+    // The relay opens its slot at its first idle wait.
+    const deadline = Date.now() + 30_000;
+    while ((await walSlots(bench.connection, bench.names)).filter((s) => s.active).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  }
+  const r = await produceUnpaced(bench, wake === 'notify');
+  const rate = perSec(r.count, r.ms);
+  await worker.stop();
+  return rate;
+}
+
+await withBench('wal', async (bench) => {
+  log(`WAL wake mode vs LISTEN/NOTIFY: latency ${SECONDS} s per rate (${RATES.join(', ')}/s), producers ${CLIENTS} connections x ${PRODUCER_SECONDS} s x ${ROUNDS} rounds, drain ${fmtInt(EVENTS)} events; schema ${bench.schema}`);
+  try {
+    const latency: string[][] = [];
+    for (const rate of SECTIONS.has('latency') ? RATES : []) {
+      for (const wake of MODES) {
+        const stages = new StageTrace(() => performance.timeOrigin + performance.now());
+        const r = await measureCommitToAck(bench, { rate, seconds: SECONDS, clients: 8, keys: KEYS, notify: wake === 'notify', pollIntervalMs: 1000, wake, transport: 'noop', stages });
+        log(`${wake} ${rate}/s: ${fmtInt(r.acked)}/${fmtInt(r.produced)} acked, p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms, max ${fmtMs(r.max)} ms (target in WAL mode: p50 <= 1.0, p99 <= 5); event-loop delay p99 ${fmtMs(r.loopDelayP99)} ms; stages:`);
+        for (const line of stages.lines()) console.log(line);
+        latency.push([wake, String(rate), fmtInt(r.achievedRate), `${fmtInt(r.acked)}/${fmtInt(r.produced)}`, fmtMs(r.p50), fmtMs(r.p90), fmtMs(r.p99), fmtMs(r.max)]);
+        summary('wal', `${wake} @${rate}/s: commit-to-publish p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms`);
+      }
+    }
+    const claimRows: string[][] = [];
+    for (const wake of SECTIONS.has('claims') ? MODES : []) {
+      const r = await claimsPerEvent(bench, wake);
+      log(`claims per event, ${wake}, woken only (polling off, ${CLAIM_EVENTS} single-event commits 20 ms apart, 2 lanes): ${r.perEvent.toFixed(2)} (${fmtInt(r.empty)} empty; ${r.acked}/${CLAIM_EVENTS} published)`);
+      claimRows.push([wake, r.perEvent.toFixed(2), fmtInt(r.empty), `${r.acked}/${CLAIM_EVENTS}`]);
+    }
+    const producer: Record<string, number[]> = { notify: [], wal: [] };
+    for (let round = 0; round < (SECTIONS.has('producer') ? ROUNDS : 0); round++) {
+      for (const wake of round % 2 === 0 ? MODES : [...MODES].reverse()) {
+        const rate = await producerRate(bench, wake);
+        producer[wake]!.push(rate);
+        log(`producer round ${round + 1}, ${wake}: ${fmtInt(rate)} tx/s`);
+      }
+    }
+    const slotRows: string[][] = [];
+    for (const n of SECTIONS.has('slots') ? SLOTS : []) slotRows.push(await slotCost(bench, n));
+    const drain: string[][] = [];
+    if (SECTIONS.has('drain')) {
+      // The floor: a relay process with nothing to claim (empty outbox), for 3 s.
+      await resetOutbox(bench);
+      const idle = startRelayWorker({ schema: bench.schema, batchSize: 500, lanes: 2, deleteOnPublish: false, wake: 'wal', transport: { kind: 'noop' }, build: BUILD });
+      await idle.started;
+      await new Promise((r) => setTimeout(r, 3000));
+      const r = await idle.stop();
+      log(`idle relay process (wal, ${BUILD === 'dist' ? 'node over dist/' : 'tsx over src/'}, nothing to claim, 3 s): RSS ${mb(r.rssBaseline)} MB before start, max ${mb(r.rssMax)} MB, heap used max ${mb(r.heapMax)} MB`);
+      drain.push(['idle (floor)', '', '-', '3.00', mb(r.rssBaseline), mb(r.rssMax), mb(r.heapMax)]);
+    }
+    const backlog = SECTIONS.has('drain') ? await Backlog.create(bench, EVENTS, KEYS) : undefined;
+    // Interleaved, order reversed every other repeat; each node flag set in turn.
+    const drainRuns = Array.from({ length: backlog ? DRAIN_REPEAT : 0 }, (_, i) => (i % 2 === 0 ? [...MODES] : [...MODES].reverse()))
+      .flat()
+      .flatMap((wake) => DRAIN_FLAGS.map((flags) => ({ wake, flags })));
+    for (const { wake, flags } of drainRuns) {
+      await backlog!.restore();
+      const worker = startRelayWorker({ schema: bench.schema, batchSize: 500, lanes: 2, deleteOnPublish: false, expect: EVENTS, wake, transport: { kind: 'noop' }, nodeFlags: flags, build: BUILD });
+      const r = await worker.result;
+      const cpuPerEvent = r.cpuMs === undefined ? '-' : ((1000 * r.cpuMs) / Math.max(1, r.published)).toFixed(1);
+      log(`drain ${wake}${flags.length ? ` (${flags.join(' ')})` : ''}, relay ${BUILD === 'dist' ? 'node over dist/' : 'tsx over src/'}: ${fmtInt(r.published)} in ${(r.ms / 1000).toFixed(2)} s = ${fmtInt(perSec(r.published, r.ms))} events/s, ${cpuPerEvent} µs CPU per event, relay RSS max ${mb(r.rssMax)} MB (target in WAL mode <= ${TARGET.rssMb}), heap used max ${mb(r.heapMax)} MB`);
+      drain.push([wake, flags.join(' '), fmtInt(perSec(r.published, r.ms)), (r.ms / 1000).toFixed(2), mb(r.rssBaseline), mb(r.rssMax), mb(r.heapMax)]);
+      summary('wal', `${wake}${flags.length ? ` (${flags.join(' ')})` : ''}: drain ${fmtInt(perSec(r.published, r.ms))} events/s, relay RSS max ${mb(r.rssMax)} MB (target <= ${TARGET.rssMb} MB in WAL mode)`);
+    }
+    console.log('');
+    if (latency.length > 0) printTable(['wake', 'rate/s', 'achieved/s', 'acked/produced', `p50 ms (WAL target <= ${TARGET.p50Ms})`, 'p90 ms', `p99 ms (WAL target <= ${TARGET.p99Ms})`, 'max ms'], latency);
+    console.log('');
+    if (claimRows.length > 0) printTable(['wake', 'claims per event (2 = none wasted)', 'empty claims', 'published'], claimRows);
+    console.log('');
+    if (producer.notify!.length > 0) printTable(['wake', ...Array.from({ length: ROUNDS }, (_, i) => `round ${i + 1} tx/s`), 'median tx/s'], MODES.map((m) => [m, ...producer[m]!.map(fmtInt), fmtInt(median(producer[m]!))]));
+    console.log('');
+    if (drain.length > 0) printTable(['wake', 'node flags', 'drain events/s', 'seconds', 'relay RSS start MB', `relay RSS max MB (target <= ${TARGET.rssMb})`, 'heap used max MB'], drain);
+    console.log('');
+    if (slotRows.length > 0) printTable(['slots', 'producer tx/s', 'CPU ms/s per walsender', 'CPU ms per 1,000 tx per walsender', 'slot start ms (median)', 'max lag bytes at end'], slotRows);
+  } finally {
+    await dropPublication(bench.connection, bench.names).catch(() => {});
+  }
+});

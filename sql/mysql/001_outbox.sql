@@ -1,0 +1,64 @@
+-- txbox outbox on MySQL 8 / MariaDB 10.6+. {{outbox}}, {{buckets}}, {{relays}}, {{audit}}: the quoted table names.
+-- JSON columns are LONGTEXT checked by json_valid (what MariaDB's JSON type is), so both servers store the same text.
+CREATE TABLE IF NOT EXISTS {{outbox}} (
+  seq BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  id CHAR(36) CHARACTER SET ascii NOT NULL,
+  type VARCHAR(1000) NOT NULL,
+  aggregate_type VARCHAR(1000) NOT NULL,
+  aggregate_id VARCHAR(1000) NOT NULL,
+  `key` VARCHAR(1000) NOT NULL,
+  bucket SMALLINT NOT NULL,
+  destination VARCHAR(1000) NOT NULL,
+  payload LONGTEXT NOT NULL CHECK (json_valid(payload)),
+  headers LONGTEXT NOT NULL CHECK (json_valid(headers)),
+  occurred_at DATETIME(6) NOT NULL,
+  version BIGINT NULL,
+  state ENUM('pending', 'published', 'parked', 'skipped') NOT NULL DEFAULT 'pending',
+  attempts INT NOT NULL DEFAULT 0,
+  next_attempt_at DATETIME(6) NULL,
+  last_error TEXT NULL,
+  routes_done LONGTEXT NULL CHECK (routes_done IS NULL OR json_valid(routes_done)),
+  done_at DATETIME(6) NULL,
+  replay_id CHAR(36) CHARACTER SET ascii NULL,
+  INDEX claim_order (bucket, state, seq),
+  INDEX key_order (`key`(190), seq),
+  INDEX by_id (id),
+  INDEX finished (state, done_at)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+CREATE TABLE IF NOT EXISTS {{buckets}} (
+  bucket SMALLINT NOT NULL PRIMARY KEY,
+  owner VARCHAR(200) NULL,
+  token BIGINT NOT NULL DEFAULT 0,
+  lease_until DATETIME(6) NULL
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+INSERT IGNORE INTO {{buckets}} (bucket)
+SELECT hi.n * 16 + lo.n FROM
+  (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
+   UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11 UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15) AS hi
+  CROSS JOIN
+  (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
+   UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11 UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15) AS lo;
+
+CREATE TABLE IF NOT EXISTS {{relays}} (
+  relay_id VARCHAR(200) NOT NULL PRIMARY KEY,
+  host VARCHAR(255) NOT NULL,
+  pid INT NOT NULL,
+  in_flight INT NOT NULL DEFAULT 0,
+  published_total BIGINT NOT NULL DEFAULT 0,
+  rate_per_minute INT NOT NULL DEFAULT 0,
+  ttl_ms INT NOT NULL,
+  heartbeat_at DATETIME(6) NOT NULL,
+  left_at DATETIME(6) NULL
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+CREATE TABLE IF NOT EXISTS {{audit}} (
+  id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  at DATETIME(6) NOT NULL,
+  action VARCHAR(40) NOT NULL,
+  event_id CHAR(36) CHARACTER SET ascii NULL,
+  seq BIGINT UNSIGNED NULL,
+  actor VARCHAR(200) NOT NULL,
+  detail TEXT NULL
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

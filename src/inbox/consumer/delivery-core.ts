@@ -1,0 +1,285 @@
+import type { OutboxEvent } from '../../core/envelope.ts';
+import type { Inbox } from '../inbox.ts';
+import type { InboxQueue } from '../inbox-worker.ts';
+import { KeyedDispatcher } from '../keyed-dispatcher.ts';
+import type { ConsumerCore } from './consumer-core.ts';
+import type { ConsumerHandler } from './consumer-handler.ts';
+import { receiveQueued, settleEvent, type SettledOutcome } from './settle-event.ts';
+
+export type SettledStatus = SettledOutcome['status'] | 'queued';
+
+/**
+ * The broker adapter's port: what the core asks of one received message.
+ * Each method settles the message once; none may throw.
+ */
+export interface DeliveryPort<M> {
+  /** The event committed (inbox or queue): acknowledge the message. */
+  ack(message: M): Promise<void> | void;
+  /**
+   * The message can never be handled (dead event, unreadable, refused by the
+   * queue): copy it to the dead-letter destination and acknowledge it. False:
+   * the copy failed until stop; the message is left for redelivery.
+   * `attempts`: the handler's attempts for a dead event, null otherwise.
+   */
+  deadLetter(message: M, reason: string, event: OutboxEvent | null, attempts: number | null): Promise<boolean> | boolean;
+  /** Not settled (stopping, or a retry due later): leave it for redelivery. */
+  release(message: M): void;
+  /** Aborted when this message can no longer be settled (its channel closed); default: the core's stop signal. */
+  signal?(message: M): AbortSignal;
+  /**
+   * Asked when a message's turn comes (after its key's earlier messages),
+   * before the inbox or the queue sees it (`event` null: unreadable, about to
+   * be dead-lettered): `handle` (the default), `release` (leave it for
+   * redelivery: NATS after a release of its key, Kafka once its batch
+   * stopped taking records), or dead-letter it with that reason without
+   * handling it (delivered too often).
+   */
+  admit?(message: M, event: OutboxEvent | null): Admission;
+  /**
+   * A handler retry of this message is due in `delayMs`: true leaves the
+   * message for the adapter to redeliver then (Kafka pauses the partition),
+   * false waits in place, the key's later messages behind it (the default).
+   */
+  retryLater?(message: M, event: OutboxEvent, attempts: number, delayMs: number): boolean;
+}
+
+/** What `DeliveryPort.admit` decides for a message whose turn came. */
+export type Admission = 'handle' | 'release' | { readonly deadLetter: string };
+
+/** What the core reports back, for the adapter's events and stats. */
+export interface DeliveryCoreHooks<M> {
+  /** The inbox or the queue committed (status `dead`: the handler failed for good); called before the ack or the dead letter. */
+  settled?(message: M, event: OutboxEvent, status: SettledStatus, durationMs: number): void;
+  deadLettered?(message: M, event: OutboxEvent | null, reason: string, attempts: number | null): void;
+  rejected?(message: M, reason: string): void;
+  released?(message: M, event: OutboxEvent | null): void;
+}
+
+export interface DeliveryCoreOptions<M> {
+  readonly core: ConsumerCore;
+  readonly handler: ConsumerHandler;
+  /** Handlers running at once (different keys); one key's messages always run one at a time. */
+  readonly concurrency: number;
+  /** Worker mode: most events stored per queue transaction. */
+  readonly batch: number;
+  readonly port: DeliveryPort<M>;
+  readonly hooks?: DeliveryCoreHooks<M>;
+  /**
+   * What stop() does with a received message whose handling has not begun:
+   * `release` it for redelivery (the default), or `finish` it: it is handled
+   * once (or stored, in worker mode) and acked; a retry wait still ends at
+   * stop and releases it (NATS, Redis: what was received is settled).
+   */
+  readonly onStop?: 'release' | 'finish';
+  /** What the broker calls a message, in dead-letter reasons (`unreadable entry: ...`); default `message`. */
+  readonly noun?: string;
+}
+
+interface Held<M> {
+  readonly message: M;
+  readonly event: OutboxEvent;
+}
+
+const QUEUE_KEY = '\u0000queue';
+
+/**
+ * The receive → settle → ack loop every broker consumer runs. The adapter
+ * receives (pushed one by one, pulled, or read in batches), parses each
+ * message and calls `accept`; the core runs one key's events in order and
+ * several keys at once, settles each in the inbox (retrying in place),
+ * acks only after the inbox committed, dead-letters dead and unreadable
+ * events, stores batches in worker mode, and leaves unfinished messages for
+ * redelivery on stop. What a broker does differently is a port hook:
+ * `admit` (NATS releases a key's later messages after a release and
+ * dead-letters a message delivered too often; Redis the same for entries it
+ * took over; Kafka stops taking a batch's records after a rebalance or a
+ * pause), `retryLater` (Kafka pauses the partition instead of waiting),
+ * `signal` (RabbitMQ: the channel closed), plus `onStop` for NATS and Redis,
+ * which settle what they received before stopping. Kafka runs one
+ * DeliveryCore per fetched partition batch, a record being its index; its
+ * acks finish records and only the finished prefix of offsets is committed.
+ *
+ * @example
+ * const deliveries = new DeliveryCore({ core, handler, concurrency: 16, batch: 100, port: { ack: (m) => m.ack(), deadLetter, release: (m) => m.nack() } });
+ * subscription.on('message', (m) => deliveries.accept(m, parse(m)));
+ */
+export class DeliveryCore<M> {
+  readonly #o: DeliveryCoreOptions<M>;
+  readonly #dispatcher: KeyedDispatcher;
+  readonly #held = new Set<M>();
+  #queued: Held<M>[] = [];
+  #queueScheduled = false;
+  #unreadable = 0;
+  #room: { readonly limit: number; readonly resolve: () => void } | null = null;
+
+  constructor(options: DeliveryCoreOptions<M>) {
+    this.#o = options;
+    this.#dispatcher = new KeyedDispatcher(options.concurrency);
+  }
+
+  /** Messages received and not yet acked, dead-lettered or released. */
+  get inFlight(): number {
+    return this.#held.size;
+  }
+
+  /** The messages this process holds (for ack-deadline extension). */
+  held(): IterableIterator<M> {
+    return this.#held.values();
+  }
+
+  /**
+   * Resolves once fewer than `limit` messages are held, or when `signal`
+   * aborts: a pulling adapter bounds what it holds with it (one waiter).
+   */
+  whenBelow(limit: number, signal: AbortSignal): Promise<void> {
+    if (this.#held.size < limit || signal.aborted) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = (): void => {
+        signal.removeEventListener('abort', done);
+        this.#room = null;
+        resolve();
+      };
+      this.#room = { limit, resolve: done };
+      signal.addEventListener('abort', done, { once: true });
+    });
+  }
+
+  /** Takes one received message: its event, or why it is unreadable. */
+  accept(message: M, parsed: { readonly ok: true; readonly event: OutboxEvent } | { readonly ok: false; readonly message: string }): void {
+    const { core, handler } = this.#o;
+    this.#held.add(message);
+    if (!parsed.ok) {
+      this.#o.hooks?.rejected?.(message, parsed.message);
+      // A key of its own: waits for nothing, and stop() waits for its dead letter.
+      const reason = `unreadable ${this.#o.noun ?? 'message'}: ${parsed.message}`;
+      this.#dispatcher.push(`\u0000unreadable${++this.#unreadable}`, () => this.#unreadableTurn(message, reason)).catch((err: unknown) => core.failed('dead-letter', err));
+      return;
+    }
+    const event = parsed.event;
+    if (handler.kind === 'inbox') {
+      this.#dispatcher.push(event.key, () => this.#handle(message, event, handler.inbox)).catch((err: unknown) => core.failed('handle', err));
+      return;
+    }
+    this.#queued.push({ message, event });
+    if (this.#queueScheduled) return;
+    this.#queueScheduled = true;
+    // One receive at a time keeps arrival order per key; messages arriving meanwhile form the next batch.
+    this.#dispatcher.push(QUEUE_KEY, () => this.#receive(handler.queue)).catch((err: unknown) => core.failed('queue', err));
+  }
+
+  /** Resolves when every accepted message was settled or released. */
+  onIdle(): Promise<void> {
+    return this.#dispatcher.onIdle();
+  }
+
+  #signal(message: M): AbortSignal {
+    return this.#o.port.signal?.(message) ?? this.#o.core.signal;
+  }
+
+  /** Whether a message is left for redelivery without a try: stop began (unless finishing), or its signal aborted. */
+  #stopped(message: M): boolean {
+    return this.#o.port.signal?.(message).aborted === true || (this.#o.onStop !== 'finish' && this.#o.core.signal.aborted);
+  }
+
+  /** True when the message's turn ended here: released (by releaseAll or admit) or dead-lettered by admit. */
+  async #turnEnded(message: M, event: OutboxEvent): Promise<boolean> {
+    if (!this.#held.has(message)) return true;
+    if (this.#stopped(message)) return this.#release(message, event), true;
+    return this.#refusedByAdmit(message, event);
+  }
+
+  /** An unreadable message is dead-lettered, even while stopping, unless admit releases it. */
+  async #unreadableTurn(message: M, reason: string): Promise<void> {
+    if (!this.#held.has(message) || (await this.#refusedByAdmit(message, null))) return;
+    await this.#deadLetter(message, null, reason, null);
+  }
+
+  async #refusedByAdmit(message: M, event: OutboxEvent | null): Promise<boolean> {
+    const admission = this.#o.port.admit?.(message, event) ?? 'handle';
+    if (admission === 'handle') return false;
+    if (admission === 'release') this.#release(message, event);
+    else await this.#deadLetter(message, event, admission.deadLetter, null);
+    return true;
+  }
+
+  async #handle(message: M, event: OutboxEvent, inbox: Inbox): Promise<void> {
+    const { core, port } = this.#o;
+    if (await this.#turnEnded(message, event)) return;
+    const started = performance.now();
+    const outcome = await settleEvent(inbox, event, {
+      signal: this.#signal(message),
+      onStoreError: (err) => core.failed('inbox', err),
+      onStoreOk: () => core.recovered('inbox'),
+      firstAttemptWhileStopping: this.#o.onStop === 'finish',
+      ...(port.retryLater ? { onRetry: (r: { attempts: number; delayMs: number }) => !port.retryLater!(message, event, r.attempts, r.delayMs) } : {}),
+    });
+    if (outcome === null) return this.#release(message, event);
+    this.#o.hooks?.settled?.(message, event, outcome.status, performance.now() - started);
+    if (outcome.status === 'dead') return void (await this.#deadLetter(message, event, `handler failed ${outcome.attempts} times: ${outcome.error}`, outcome.attempts));
+    await this.#ack(message);
+  }
+
+  /** Worker mode: stores what arrived, in arrival order, `batch` events per transaction, then acks them. */
+  async #receive(queue: InboxQueue): Promise<void> {
+    const { core } = this.#o;
+    await new Promise((resolve) => setImmediate(resolve)); // lets the rest of a pull or a push burst arrive: one batch
+    this.#queueScheduled = false;
+    while (this.#queued.length > 0) {
+      const batch: Held<M>[] = [];
+      for (const h of this.#queued.splice(0, this.#o.batch)) if (!(await this.#turnEnded(h.message, h.event))) batch.push(h);
+      if (batch.length === 0) continue;
+      const started = performance.now();
+      const refused = await receiveQueued(queue, batch.map((h) => h.event), core.signal, (err) => core.failed('queue', err));
+      if (refused === null) {
+        for (const h of batch) this.#release(h.message, h.event);
+        continue;
+      }
+      core.recovered('queue');
+      const durationMs = performance.now() - started;
+      for (const [n, { message, event }] of batch.entries()) {
+        const reason = refused.get(n);
+        if (reason !== undefined) {
+          // The queue can never hold it: dead-lettered, never retried.
+          this.#o.hooks?.rejected?.(message, reason);
+          await this.#deadLetter(message, event, reason, null);
+          continue;
+        }
+        this.#o.hooks?.settled?.(message, event, 'queued', durationMs);
+        await this.#ack(message);
+      }
+    }
+  }
+
+  async #ack(message: M): Promise<void> {
+    this.#forget(message);
+    await this.#o.port.ack(message);
+  }
+
+  #forget(message: M): boolean {
+    if (!this.#held.delete(message)) return false;
+    if (this.#room !== null && this.#held.size < this.#room.limit) this.#room.resolve();
+    return true;
+  }
+
+  async #deadLetter(message: M, event: OutboxEvent | null, reason: string, attempts: number | null): Promise<boolean> {
+    const done = await this.#o.port.deadLetter(message, reason, event, attempts);
+    if (!done) {
+      this.#release(message, event);
+      return false;
+    }
+    this.#forget(message);
+    this.#o.hooks?.deadLettered?.(message, event, reason, attempts);
+    return true;
+  }
+
+  #release(message: M, event: OutboxEvent | null): void {
+    if (!this.#forget(message)) return;
+    this.#o.port.release(message);
+    this.#o.hooks?.released?.(message, event);
+  }
+
+  /** stop() ran out of time: every message still held is released now. */
+  releaseAll(): void {
+    for (const m of [...this.#held]) this.#release(m, null);
+  }
+}

@@ -1,0 +1,65 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { SchemaError } from '../../core/errors.ts';
+import type { MysqlConnection } from './mysql-connection.ts';
+import type { MysqlNames } from './mysql-sql.ts';
+
+export interface MysqlMigration {
+  /** File name, e.g. `001_outbox.sql`; applied in name order. */
+  readonly name: string;
+  readonly sql: string;
+}
+
+const SQL_DIR = new URL('../../../sql/mysql/', import.meta.url);
+
+/** The numbered migration files shipped in `sql/mysql/`, with placeholders. */
+export function mysqlMigrations(dir: URL = SQL_DIR): MysqlMigration[] {
+  return readdirSync(dir)
+    .filter((f) => /^\d{3}_[a-z0-9_]+\.sql$/.test(f))
+    .sort()
+    .map((name) => ({ name, sql: readFileSync(new URL(name, dir), 'utf8') }));
+}
+
+function render(sql: string, n: MysqlNames): string {
+  return sql.replaceAll('{{outbox}}', n.outbox).replaceAll('{{buckets}}', n.buckets).replaceAll('{{relays}}', n.relays).replaceAll('{{audit}}', n.audit);
+}
+
+/** The statements of one migration: MySQL runs one statement per call (DDL commits on its own, so a file is not atomic). */
+function statements(sql: string): string[] {
+  return sql
+    .split(/;\s*\n/)
+    .map((s) => s.replace(/^\s*--.*$/gm, '').trim())
+    .filter((s) => s.length > 0);
+}
+
+/** The SQL `txbox migrate --print` would show: every migration rendered, for the user's own migration tool. */
+export function printMysqlMigrations(n: MysqlNames): string {
+  return mysqlMigrations()
+    .map((m) => `-- ${m.name}\n${render(m.sql, n).trim()}\n`)
+    .join('\n');
+}
+
+/**
+ * Applies the migrations not yet applied, under GET_LOCK so that relays and
+ * deploys starting at once do not race. Returns the names applied now.
+ */
+export async function migrateMysql(connection: MysqlConnection, n: MysqlNames, lockTimeoutSeconds = 60): Promise<string[]> {
+  return connection.withConnection(async (conn) => {
+    const [[lock]] = (await conn.query('SELECT GET_LOCK(?, ?) AS got', [n.lockName, lockTimeoutSeconds])) as unknown as [{ got: number | string | null }[]];
+    if (Number(lock?.got) !== 1) throw new SchemaError(`could not take the migration lock ${n.lockName} within ${lockTimeoutSeconds} s: another txbox migrate is running; wait for it and run again`);
+    try {
+      await conn.query(`CREATE TABLE IF NOT EXISTS ${n.migrations} (name VARCHAR(200) NOT NULL PRIMARY KEY, applied_at DATETIME(6) NOT NULL) ENGINE = InnoDB`);
+      const [done] = (await conn.query(`SELECT name FROM ${n.migrations}`)) as unknown as [{ name: string }[]];
+      const applied = new Set(done.map((r) => r.name));
+      const now: string[] = [];
+      for (const m of mysqlMigrations()) {
+        if (applied.has(m.name)) continue;
+        for (const statement of statements(render(m.sql, n))) await conn.query(statement);
+        await conn.query(`INSERT INTO ${n.migrations} (name, applied_at) VALUES (?, UTC_TIMESTAMP(6))`, [m.name]);
+        now.push(m.name);
+      }
+      return now;
+    } finally {
+      await conn.query('SELECT RELEASE_LOCK(?)', [n.lockName]);
+    }
+  });
+}

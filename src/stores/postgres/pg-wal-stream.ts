@@ -1,0 +1,239 @@
+// pg is loaded when a stream opens, not with this module: txbox/pglite re-exports the
+// relay store, which must import without pg installed.
+import type pg from 'pg';
+
+/**
+ * One logical replication stream over node-postgres (`replication: 'database'`):
+ * creates a TEMPORARY `pgoutput` slot on its own connection, streams the
+ * publication from it and calls `onCommit` once per committed transaction that
+ * inserted into a published table (PostgreSQL 15 does not send empty
+ * transactions), with the `seq` and the `key` bytes of the rows it inserted
+ * (two columns read by name from each row; nothing else is parsed). It confirms what it received promptly (at most every
+ * `confirmEveryMs`, and at once when the server asks), including the keepalives'
+ * positions, so the slot does not hold back WAL written to other tables while
+ * the outbox is idle. A temporary slot is dropped by the server when this
+ * connection ends, also when the process is killed.
+ *
+ * Hand-written rather than `pg-logical-replication`: that library opens its own
+ * connection for START_REPLICATION (a TEMPORARY slot must be created on the same
+ * session), sends one status update per message, does not answer the server's
+ * reply requests, and parses every row, which a wake-up does not need.
+ */
+export interface WalStreamOptions {
+  /** Connection settings (a `pg` Pool's options); `replication` is added. */
+  readonly client: pg.ClientConfig;
+  readonly slot: string;
+  readonly publication: string;
+  readonly onCommit: (commit: WalCommit) => void;
+  /** The stream ended (connection lost, slot dropped, server restart); not called after `close()`. */
+  readonly onEnd: (err: Error) => void;
+  /** Default: 100 ms. */
+  readonly confirmEveryMs?: number;
+  /** Aborts the opening (creating a slot waits for the transactions open on the server). */
+  readonly signal?: AbortSignal;
+}
+
+/** One committed transaction that inserted outbox rows, as the stream read it. */
+export interface WalCommit {
+  /**
+   * The `key` column of each inserted row, as the bytes the server sent (the
+   * connection's client encoding, UTF-8), or `null` when a row's key could not
+   * be read (no such column, or a row in another form): wake every waiter then.
+   */
+  readonly keys: readonly Uint8Array[] | null;
+  /** The `seq` column of each inserted row (for diagnostics); empty when not read. */
+  readonly seqs: readonly number[];
+  /** The server's commit time, epoch milliseconds. */
+  readonly commitTimeMs: number;
+}
+
+export interface WalStream {
+  /** The last position confirmed to the server (text form, e.g. `0/16B3748`). */
+  confirmedLsn(): string;
+  /** Commits received. */
+  commits(): number;
+  close(): Promise<void>;
+}
+
+/** Byte 0 of a CopyData message, and byte 0 of a pgoutput message. */
+const XLOG_DATA = 0x77; // 'w'
+const KEEPALIVE = 0x6b; // 'k'
+const COMMIT = 0x43; // 'C'
+const BEGIN = 0x42; // 'B'
+const RELATION = 0x52; // 'R'
+const INSERT = 0x49; // 'I'
+const TEXT = 0x74; // 't': a column sent as text
+
+/** Where the `seq` and `key` columns are in a relation's rows (-1: absent). */
+interface Columns {
+  readonly seq: number;
+  readonly key: number;
+}
+
+/** Relation: relid(4), namespace\0, name\0, replica identity(1), ncols(2), then per column flags(1), name\0, type(4), typmod(4). */
+function relationColumns(m: Buffer): [number, Columns] {
+  const relid = m.readUInt32BE(1);
+  let i = m.indexOf(0, 5) + 1;
+  i = m.indexOf(0, i) + 1;
+  i += 1;
+  const n = m.readUInt16BE(i);
+  i += 2;
+  let seq = -1;
+  let key = -1;
+  for (let c = 0; c < n; c++) {
+    const end = m.indexOf(0, i + 1);
+    const name = m.toString('utf8', i + 1, end);
+    if (name === 'seq') seq = c;
+    else if (name === 'key') key = c;
+    i = end + 1 + 8;
+  }
+  return [relid, { seq, key }];
+}
+
+/**
+ * Insert (proto 1): relid(4), 'N', then TupleData: ncols(2), per column a kind
+ * byte ('n' null, 'u' unchanged, 't' text: length(4), bytes). Returns false
+ * when the row is not in the expected form.
+ */
+function readInsert(m: Buffer, cols: Columns | undefined, keys: Uint8Array[], seqs: number[]): boolean {
+  if (!cols || cols.key < 0 || m[5] !== 0x4e) return false;
+  const n = m.readUInt16BE(6);
+  const last = Math.max(cols.key, cols.seq);
+  let i = 8;
+  let gotKey = false;
+  for (let c = 0; c < n && c <= last; c++) {
+    const kind = m[i];
+    if (kind !== TEXT) {
+      if (c === cols.key) return false;
+      i += 1;
+      continue;
+    }
+    const len = m.readUInt32BE(i + 1);
+    const start = i + 5;
+    if (c === cols.key) {
+      // A copy: pg's parser reuses its buffer for the messages that follow.
+      keys.push(Uint8Array.prototype.slice.call(m, start, start + len));
+      gotKey = true;
+    } else if (c === cols.seq) seqs.push(Number(m.toString('latin1', start, start + len)));
+    i = start + len;
+  }
+  return gotKey;
+}
+
+/** Microseconds between 1970-01-01 and 2000-01-01 (the protocol's epoch). */
+const PG_EPOCH_US = 946_684_800_000_000n;
+
+export function lsnText(lsn: bigint): string {
+  return `${(lsn >> 32n).toString(16).toUpperCase()}/${(lsn & 0xffffffffn).toString(16).toUpperCase()}`;
+}
+
+/** Opens the connection, creates the temporary slot and starts streaming; rejects if any step fails. */
+export async function openWalStream(options: WalStreamOptions): Promise<WalStream> {
+  const { default: pgModule } = await import('pg');
+  const client = new pgModule.Client({ ...options.client, replication: 'database' } as pg.ClientConfig);
+  const confirmEveryMs = options.confirmEveryMs ?? 100;
+  let received = 0n;
+  let confirmed = 0n;
+  let commits = 0;
+  let closed = false;
+  let ended = false;
+  let timer: NodeJS.Timeout | undefined;
+  const connection = (client as unknown as { connection: { on(e: string, f: (m: { chunk: Buffer }) => void): void; sendCopyFromChunk(b: Buffer): void } }).connection;
+
+  const confirm = (reply = false): void => {
+    clearTimeout(timer);
+    timer = undefined;
+    if (closed || ended) return;
+    const status = Buffer.alloc(34);
+    status[0] = 0x72; // 'r': standby status update
+    status.writeBigUInt64BE(received, 1); // written
+    status.writeBigUInt64BE(received, 9); // flushed: what the slot may release
+    status.writeBigUInt64BE(received, 17); // applied
+    status.writeBigInt64BE(BigInt(Date.now()) * 1000n - PG_EPOCH_US, 25);
+    status[33] = reply ? 1 : 0;
+    connection.sendCopyFromChunk(status);
+    confirmed = received;
+  };
+  const advance = (lsn: bigint): void => {
+    if (lsn <= received) return;
+    received = lsn;
+    timer ??= setTimeout(() => confirm(), confirmEveryMs);
+  };
+  const end = (err: Error): void => {
+    if (ended) return;
+    ended = true;
+    clearTimeout(timer);
+    if (!closed) options.onEnd(err);
+    client.end().catch(() => {});
+  };
+
+  client.on('error', (err) => end(err));
+  client.on('end', () => end(new Error('replication connection closed')));
+  const relations = new Map<number, Columns>();
+  // The rows of the transaction being received; `keys` null once one could not be read.
+  let keys: Uint8Array[] | null = [];
+  let seqs: number[] = [];
+  connection.on('copyData', ({ chunk }) => {
+    if (chunk[0] === XLOG_DATA) {
+      // w, dataStart(8), walEnd(8), sendTime(8), then the pgoutput message.
+      const kind = chunk[25];
+      if (kind === INSERT) {
+        if (keys && !readInsert(chunk.subarray(25), relations.get(chunk.readUInt32BE(26)), keys, seqs)) keys = null;
+      } else if (kind === COMMIT) {
+        commits++;
+        // Commit: flags(1), commit lsn(8), end lsn(8), timestamp(8).
+        const commitTimeMs = Number(chunk.readBigInt64BE(26 + 17) + PG_EPOCH_US) / 1000;
+        const commit: WalCommit = { keys, seqs, commitTimeMs };
+        keys = [];
+        seqs = [];
+        options.onCommit(commit);
+        advance(chunk.readBigUInt64BE(26 + 9));
+      } else if (kind === BEGIN) {
+        keys = [];
+        seqs = [];
+      } else if (kind === RELATION) {
+        const [relid, cols] = relationColumns(chunk.subarray(25));
+        relations.set(relid, cols);
+      }
+    } else if (chunk[0] === KEEPALIVE) {
+      // k, walEnd(8), sendTime(8), reply requested(1). Nothing of ours is pending
+      // (we act on commits only), so everything up to walEnd can be released.
+      advance(chunk.readBigUInt64BE(1));
+      if (chunk[17] === 1) confirm();
+    }
+  });
+
+  const abort = (): void => {
+    client.end().catch(() => {});
+  };
+  options.signal?.addEventListener('abort', abort, { once: true });
+  try {
+    options.signal?.throwIfAborted();
+    await client.connect();
+    await client.query(`CREATE_REPLICATION_SLOT "${options.slot}" TEMPORARY LOGICAL pgoutput NOEXPORT_SNAPSHOT`);
+    options.signal?.throwIfAborted();
+  } catch (err) {
+    ended = true;
+    await client.end().catch(() => {});
+    throw err;
+  } finally {
+    options.signal?.removeEventListener('abort', abort);
+  }
+  const publication = options.publication.replaceAll('"', '""').replaceAll("'", "''");
+  // Resolves only when the stream ends; errors arrive through 'error' as well.
+  client.query(`START_REPLICATION SLOT "${options.slot}" LOGICAL 0/0 (proto_version '1', publication_names '"${publication}"')`).then(
+    () => end(new Error('replication stream ended')),
+    (err: Error) => end(err),
+  );
+  return {
+    confirmedLsn: () => lsnText(confirmed),
+    commits: () => commits,
+    async close() {
+      if (closed) return;
+      closed = true;
+      clearTimeout(timer);
+      ended = true;
+      await client.end().catch(() => {});
+    },
+  };
+}

@@ -1,0 +1,373 @@
+import {
+  ChangeMessageVisibilityBatchCommand,
+  ChangeMessageVisibilityCommand,
+  DeleteMessageBatchCommand,
+  GetQueueAttributesCommand,
+  ReceiveMessageCommand,
+  SendMessageCommand,
+  SQSClient,
+  type Message,
+} from '@aws-sdk/client-sqs';
+import { keyHash, TypedEmitter } from '../../core/emitter.ts';
+import type { OutboxEvent } from '../../core/envelope.ts';
+import { ConfigError } from '../../core/errors.ts';
+import type { HealthReport, HealthSource } from '../../core/health.ts';
+import type { Consumer } from '../../core/inbox-ports.ts';
+import { backoffMs, ConsumerCore, within, type ConsumerCounts, type ConsumerErrorEvent } from '../../inbox/consumer/consumer-core.ts';
+import { DeliveryCore, type SettledStatus } from '../../inbox/consumer/delivery-core.ts';
+import { resolveSqsConsumerOptions, type ResolvedSqsConsumerOptions, type SqsConsumerOptions } from './sqs-consumer-options.ts';
+import { decodeSqsMessage, MAX_ATTRIBUTES } from './sqs-message.ts';
+import { classifyRequestError, startError } from './sqs-outcomes.ts';
+import { sdkClientConfig } from './sqs-transport-options.ts';
+
+export { resolveSqsConsumerOptions, type ResolvedSqsConsumerOptions, type SqsConsumerOptions } from './sqs-consumer-options.ts';
+
+/** Events of an SqsConsumer, for metrics and logs. Never carry payloads. */
+export interface SqsConsumerEvents {
+  /** A message's event committed (inbox or queue) and the message was deleted. `receiveCount`: SQS's ApproximateReceiveCount. */
+  settled: { readonly messageId: string; readonly id: string; readonly type: string; readonly status: SettledStatus; readonly receiveCount: number; readonly durationMs: number };
+  /** A message that is not a readable txbox event (or that the inbox queue refused). */
+  rejected: { readonly messageId: string; readonly reason: string };
+  /** A dead event or unreadable message: copied to `deadLetterQueueUrl` and deleted, or (null) left to the queue's redrive policy. */
+  deadLettered: { readonly messageId: string; readonly id: string | null; readonly deadLetterQueueUrl: string | null; readonly reason: string };
+  /** A message was made visible again (stop, or its handler was waiting to retry): SQS delivers it again. */
+  released: { readonly messageId: string };
+  /** An SQS, inbox or queue operation failed; it is retried. */
+  error: ConsumerErrorEvent;
+}
+
+export class SqsConsumerEmitter extends TypedEmitter<SqsConsumerEvents> {
+  /** @internal */
+  fire<K extends keyof SqsConsumerEvents>(name: K, payload: SqsConsumerEvents[K]): void {
+    this.emit(name, payload);
+  }
+}
+
+/** Counters since construction (`dead`: events dead in the inbox; `rejected`: unreadable messages; both dead-lettered). */
+export interface SqsConsumerStats extends ConsumerCounts {
+  released: number;
+  deleted: number;
+  extended: number;
+}
+
+/**
+ * Receives from an SQS queue (long polling) and hands each message's event
+ * to an inbox, deleting the message only after the inbox committed. One
+ * key's messages run one at a time in arrival order, different keys in
+ * parallel; on a FIFO queue SQS itself holds a message group's next messages
+ * until the ones in flight are deleted, so per-key order holds across
+ * consumers. While a handler runs, its message's visibility timeout is
+ * extended every third of it. Dead events and unreadable messages go to
+ * `deadLetterQueueUrl`, or are left to the queue's redrive policy. Only the
+ * adapter lives here; the settle and delete loop is the shared DeliveryCore.
+ * See docs/transports/sqs.md#consuming.
+ *
+ * @example
+ * const consumer = new SqsConsumer({ queueUrl, region: 'eu-west-1', inbox });
+ * await consumer.start();
+ * process.once('SIGTERM', () => void consumer.stop());
+ */
+export class SqsConsumer implements Consumer, HealthSource {
+  readonly name = 'sqs';
+  readonly events = new SqsConsumerEmitter();
+  readonly stats: SqsConsumerStats = { received: 0, processed: 0, duplicate: 0, ignored: 0, held: 0, queued: 0, dead: 0, rejected: 0, released: 0, deleted: 0, extended: 0 };
+  readonly #o: ResolvedSqsConsumerOptions;
+  readonly #core: ConsumerCore;
+  readonly #deliveries: DeliveryCore<Message>;
+  #client: SQSClient | null = null;
+  #visibilitySeconds = 30;
+  #loop: Promise<void> | null = null;
+  #extender: NodeJS.Timeout | undefined;
+  #connected = false;
+  #deletes: Message[] = [];
+  #deleteScheduled = false;
+  readonly #flushes = new Set<Promise<void>>();
+  readonly #releases = new Set<Promise<void>>();
+
+  /** Throws ConfigError naming the field when an option is invalid. Sends nothing until start(). */
+  constructor(options: SqsConsumerOptions) {
+    const o = (this.#o = resolveSqsConsumerOptions(options));
+    this.#core = new ConsumerCore({
+      name: 'sqs',
+      logger: o.logger,
+      context: () => ({ queue: o.queueUrl }),
+      onError: (operation, message) => this.events.fire('error', { operation, message }),
+      connected: () => this.#connected,
+      describe: (err) => classifyRequestError(err).reason,
+      logOncePerOutage: true,
+    });
+    this.#deliveries = new DeliveryCore<Message>({
+      core: this.#core,
+      handler: o.handler,
+      concurrency: o.concurrency,
+      batch: o.batch,
+      port: { ack: (m) => this.#delete(m), deadLetter: (m, reason, event) => this.#deadLetter(m, reason, event), release: (m) => this.#release(m) },
+      hooks: {
+        settled: (m, event, status, durationMs) => {
+          this.stats[status]++;
+          // A dead event is reported by deadLettered once it was copied (or left to the redrive policy).
+          if (status === 'dead') return;
+          this.events.fire('settled', { messageId: m.MessageId ?? '', id: event.id, type: event.type, status, receiveCount: receiveCount(m), durationMs });
+        },
+        rejected: (m, reason) => {
+          this.stats.rejected++;
+          this.events.fire('rejected', { messageId: m.MessageId ?? '', reason });
+        },
+        deadLettered: (m, event, reason) => {
+          const deadLetterQueueUrl = o.deadLetterQueueUrl;
+          o.logger.warn({ queue: o.queueUrl, messageId: m.MessageId, id: event?.id, type: event?.type, keyHash: event ? keyHash(event.key) : undefined, deadLetterQueueUrl }, deadLetterQueueUrl ? 'txbox sqs consumer: dead-lettered; deleted' : 'txbox sqs consumer: dead; left to the queue\'s redrive policy');
+          this.events.fire('deadLettered', { messageId: m.MessageId ?? '', id: event?.id ?? null, deadLetterQueueUrl, reason });
+        },
+        released: (m) => {
+          this.stats.released++;
+          this.events.fire('released', { messageId: m.MessageId ?? '' });
+        },
+      },
+    });
+  }
+
+  /** Messages received and not yet deleted, dead-lettered or released. */
+  get inFlight(): number {
+    return this.#deliveries.inFlight;
+  }
+
+  /**
+   * Checks the queue (and `deadLetterQueueUrl`), reads its visibility timeout
+   * and redrive policy, and starts receiving. Throws ConfigError naming
+   * `queueUrl`, `deadLetterQueueUrl`, `endpoint` or `credentials`.
+   * While the broker does not answer (refused, unknown host, timeout) it
+   * keeps trying with capped backoff (0.5 s doubling to 15 s), a warning and
+   * an `error` event per attempt, until connected or stop(); stop() makes it
+   * reject with AbortedError.
+   */
+  start(): Promise<void> {
+    return this.#core.start(
+      () => this.#open(),
+      () => {
+        this.#loop = this.#receiveLoop();
+        const every = Math.max(1000, Math.floor((this.#visibilitySeconds * 1000) / 3));
+        this.#extender = setInterval(() => void this.#extend(), every);
+      },
+    );
+  }
+
+  /**
+   * Stops receiving (the long poll in progress is waited for, at most
+   * `waitTimeSeconds`; what it returns is made visible again at once), lets
+   * handlers in progress commit and delete within `stopTimeoutMs` (the rest
+   * become visible again), then flushes the deletes.
+   */
+  stop(): Promise<void> {
+    return this.#core.stop(() => this.#close());
+  }
+
+  /** Running, the last receive succeeded, and the last failure if it has not recovered. */
+  health(): Promise<HealthReport> {
+    return this.#core.health();
+  }
+
+  async #open(): Promise<void> {
+    const o = this.#o;
+    const client = o.client ?? new SQSClient(sdkClientConfig(o));
+    try {
+      const attributes = await this.#queueAttributes(client, o.queueUrl, 'queueUrl');
+      this.#visibilitySeconds = o.visibilityTimeoutSeconds ?? Number(attributes['VisibilityTimeout'] ?? 30);
+      if (o.deadLetterQueueUrl !== null) await this.#queueAttributes(client, o.deadLetterQueueUrl, 'deadLetterQueueUrl');
+      else if (!attributes['RedrivePolicy']) {
+        throw new ConfigError('deadLetterQueueUrl', `is not set and queue ${o.queueUrl} has no RedrivePolicy: dead events and unreadable messages would come back forever; give the queue a redrive policy (a dead-letter queue and maxReceiveCount) or set deadLetterQueueUrl`);
+      }
+    } catch (err) {
+      if (o.client === undefined) client.destroy();
+      throw err;
+    }
+    this.#client = client;
+    this.#connected = true;
+    o.logger.info({ queue: o.queueUrl, visibilityTimeoutSeconds: this.#visibilitySeconds, deadLetterQueueUrl: o.deadLetterQueueUrl }, 'txbox sqs consumer: started');
+  }
+
+  async #queueAttributes(client: SQSClient, url: string, field: 'queueUrl' | 'deadLetterQueueUrl'): Promise<Record<string, string>> {
+    try {
+      const out = await client.send(new GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: ['VisibilityTimeout', 'RedrivePolicy'] }), { abortSignal: AbortSignal.timeout(this.#o.requestTimeoutMs) });
+      return out.Attributes ?? {};
+    } catch (err) {
+      const failure = classifyRequestError(err);
+      const error = startError(failure, `queue ${url}`, err);
+      if (error) throw error;
+      if (failure.kind === 'destination-down') throw new ConfigError(field, `queue ${url} does not exist (${failure.reason}); create it or fix ${field}`, { cause: err });
+      throw new ConfigError(field, `cannot read queue ${url} (${failure.reason})`, { cause: err });
+    }
+  }
+
+  async #receiveLoop(): Promise<void> {
+    const o = this.#o;
+    const core = this.#core;
+    let failures = 0;
+    while (core.running) {
+      const room = o.maxInFlight - this.#deliveries.inFlight;
+      if (room <= 0) {
+        await core.pause(20);
+        continue;
+      }
+      let messages: Message[];
+      try {
+        const out = await this.#client!.send(
+          new ReceiveMessageCommand({
+            QueueUrl: o.queueUrl,
+            MaxNumberOfMessages: Math.min(o.maxMessagesPerReceive, room),
+            WaitTimeSeconds: o.waitTimeSeconds,
+            MessageAttributeNames: ['All'],
+            MessageSystemAttributeNames: ['ApproximateReceiveCount', 'MessageGroupId'],
+            ...(o.visibilityTimeoutSeconds === null ? {} : { VisibilityTimeout: o.visibilityTimeoutSeconds }),
+          }),
+          // Not aborted by stop(): a long poll abandoned by the client still takes messages on the server, which
+          // would then stay invisible for their whole visibility timeout. stop() waits for it instead.
+          { abortSignal: AbortSignal.timeout(o.waitTimeSeconds * 1000 + o.requestTimeoutMs) },
+        );
+        messages = out.Messages ?? [];
+        failures = 0;
+        this.#connected = true;
+        core.recovered('receive');
+      } catch (err) {
+        if (!core.running) break;
+        this.#connected = false;
+        core.failed('receive', err);
+        await core.pause(backoffMs(failures++, 200, 30_000));
+        continue;
+      }
+      for (const m of messages) {
+        // Arrived while stopping: visible again at once, for another consumer.
+        if (!core.running) {
+          this.#release(m);
+          continue;
+        }
+        this.stats.received++;
+        this.#deliveries.accept(m, decodeSqsMessage(m, o.destination));
+      }
+    }
+  }
+
+  /**
+   * Deletes after commit, in DeleteMessageBatch requests of up to 10: the
+   * deletes queued within one tick go together (worker mode settles a whole
+   * batch at once). Returns at once; stop() waits for the requests.
+   */
+  #delete(m: Message): void {
+    this.#deletes.push(m);
+    if (this.#deleteScheduled) return;
+    this.#deleteScheduled = true;
+    setImmediate(() => {
+      this.#deleteScheduled = false;
+      const flush = this.#flushDeletes(this.#deletes.splice(0));
+      this.#flushes.add(flush);
+      void flush.finally(() => this.#flushes.delete(flush));
+    });
+  }
+
+  async #flushDeletes(all: readonly Message[]): Promise<void> {
+    const client = this.#client;
+    const chunks: Message[][] = [];
+    for (let i = 0; i < all.length; i += 10) chunks.push(all.slice(i, i + 10));
+    await Promise.all(
+      chunks.map(async (chunk) => {
+        try {
+          if (!client) throw new Error('the consumer is stopped');
+          const out = await client.send(new DeleteMessageBatchCommand({ QueueUrl: this.#o.queueUrl, Entries: chunk.map((m, n) => ({ Id: `d${n}`, ReceiptHandle: m.ReceiptHandle! })) }), {
+            abortSignal: AbortSignal.timeout(this.#o.requestTimeoutMs),
+          });
+          this.stats.deleted += out.Successful?.length ?? 0;
+          // A receipt handle that expired (visibility lost): SQS delivers the message again and the inbox skips it.
+          for (const f of out.Failed ?? []) this.#core.failed('delete', `${f.Code ?? 'Error'}: ${f.Message ?? ''}`);
+          if ((out.Failed ?? []).length === 0) this.#core.recovered('delete');
+        } catch (err) {
+          this.#core.failed('delete', err);
+        }
+      }),
+    );
+  }
+
+  /** Visible again at once, for this or another consumer (a FIFO group resumes with it). */
+  #release(m: Message): void {
+    const client = this.#client;
+    if (!client || !m.ReceiptHandle) return;
+    const sent = client
+      .send(new ChangeMessageVisibilityCommand({ QueueUrl: this.#o.queueUrl, ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0 }))
+      .then(
+        () => undefined,
+        (err: unknown) => this.#core.failed('release', err),
+      );
+    this.#releases.add(sent);
+    void sent.finally(() => this.#releases.delete(sent));
+  }
+
+  /** Extends the visibility of every held message, so a long handler keeps it. */
+  async #extend(): Promise<void> {
+    const client = this.#client;
+    if (!client || !this.#core.running) return;
+    const held = [...this.#deliveries.held()];
+    for (let i = 0; i < held.length; i += 10) {
+      const chunk = held.slice(i, i + 10);
+      try {
+        const out = await client.send(
+          new ChangeMessageVisibilityBatchCommand({ QueueUrl: this.#o.queueUrl, Entries: chunk.map((m, n) => ({ Id: `v${n}`, ReceiptHandle: m.ReceiptHandle!, VisibilityTimeout: this.#visibilitySeconds })) }),
+        );
+        this.stats.extended += out.Successful?.length ?? 0;
+        this.#core.recovered('extend');
+      } catch (err) {
+        this.#core.failed('extend', err);
+      }
+    }
+  }
+
+  /** Copies to deadLetterQueueUrl (retrying until stop) and deletes; or, without one, leaves it to the queue's redrive policy. */
+  async #deadLetter(m: Message, reason: string, event: OutboxEvent | null): Promise<boolean> {
+    const o = this.#o;
+    const client = this.#client;
+    if (!client) return false;
+    if (o.deadLetterQueueUrl === null) return true; // becomes visible after its timeout; SQS moves it after maxReceiveCount
+    const attributes: Record<string, { DataType: string; StringValue?: string; BinaryValue?: Uint8Array }> = {};
+    for (const [name, value] of Object.entries(m.MessageAttributes ?? {})) {
+      if (value.DataType !== undefined) attributes[name] = { DataType: value.DataType, ...(value.StringValue !== undefined ? { StringValue: value.StringValue } : {}), ...(value.BinaryValue !== undefined ? { BinaryValue: value.BinaryValue } : {}) };
+    }
+    if (Object.keys(attributes).length < MAX_ATTRIBUTES) attributes['txbox-dead-reason'] = { DataType: 'String', StringValue: reason.replace(/[^\t\n\r\x20-\uD7FF\uE000-\uFFFD]/g, '?').slice(0, 1000) || 'unknown' };
+    const fifo = o.deadLetterQueueUrl.endsWith('.fifo');
+    const send = (): Promise<unknown> =>
+      client.send(
+        new SendMessageCommand({
+          QueueUrl: o.deadLetterQueueUrl!,
+          MessageBody: m.Body ?? '',
+          MessageAttributes: attributes,
+          ...(fifo ? { MessageGroupId: m.Attributes?.MessageGroupId ?? event?.key ?? 'txbox-dead', MessageDeduplicationId: m.MessageId } : {}),
+        }),
+      );
+    if ((await this.#core.retrying('dead-letter', send)) === null) return false;
+    this.#delete(m);
+    return true;
+  }
+
+  async #close(): Promise<void> {
+    const o = this.#o;
+    clearInterval(this.#extender);
+    await this.#loop?.catch(() => {});
+    this.#loop = null;
+    if (!(await within(this.#deliveries.onIdle(), o.stopTimeoutMs))) {
+      o.logger.warn({ queue: o.queueUrl, inFlight: this.#deliveries.inFlight }, `txbox sqs consumer: stop timed out after ${o.stopTimeoutMs} ms (stopTimeoutMs); unfinished messages are made visible again`);
+      this.#deliveries.releaseAll();
+    }
+    // Deletes queued or in flight go out before the client closes.
+    await new Promise((resolve) => setImmediate(resolve));
+    if (this.#deletes.length > 0) await this.#flushDeletes(this.#deletes.splice(0));
+    await Promise.allSettled([...this.#flushes]);
+    const client = this.#client;
+    this.#client = null;
+    this.#connected = false;
+    // Releases sent during the stop finish before the client closes (each bounded by the SDK's socket timeouts).
+    await within(Promise.allSettled([...this.#releases]), o.requestTimeoutMs);
+    if (client && o.client === undefined) client.destroy();
+    o.logger.info({ queue: o.queueUrl }, 'txbox sqs consumer: stopped');
+  }
+}
+
+function receiveCount(m: Message): number {
+  const n = Number(m.Attributes?.ApproximateReceiveCount ?? 0);
+  return Number.isFinite(n) ? n : 0;
+}

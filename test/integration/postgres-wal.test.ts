@@ -1,0 +1,248 @@
+/**
+ * The WAL wake mode (`wake: 'wal'`) on the real PostgreSQL: woken by the
+ * replication stream alone (polling off, producers without NOTIFY), the
+ * commit-order gap (invariant 3), a slot dropped under a running relay, a role
+ * without REPLICATION and PGlite falling back to NOTIFY, and the slot's lag
+ * confirmed promptly. Every publication and slot is this file's own.
+ */
+import { after, before, it } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { randomBytes } from 'node:crypto';
+import { createOutbox, createRelay, defineEvent, payloadType, type Logger } from 'txbox';
+import {
+  dropPublication,
+  dropWalSlots,
+  pgConnection,
+  postgresNames,
+  PostgresOutboxStore,
+  PostgresRelayStore,
+  walProblems,
+  walSlots,
+  type PostgresConnection,
+} from 'txbox/postgres';
+import { checkDeliveries, RecordingTransport } from 'txbox/testing';
+import { DATABASE_URL, openDb, type TestDb } from '../helpers/databases.ts';
+import { waitFor } from '../helpers/wait.ts';
+
+const E = defineEvent({ type: 'E', aggregateType: 'A', destination: 'd', payload: payloadType<{ n: number }>() });
+let db: TestDb;
+let pool: pg.Pool;
+
+function recordingLogger(): Logger & { warnings: string[] } {
+  const warnings: string[] = [];
+  const noop = (): void => {};
+  return { warnings, debug: noop, info: noop, error: noop, warn: (obj, msg) => warnings.push(`${msg ?? ''} ${JSON.stringify(obj)}`) };
+}
+
+/** A relay that only the WAL stream can wake: polling every 10 minutes. */
+function walRelay(connection: PostgresConnection, transport: RecordingTransport, logger: Logger = recordingLogger(), pollIntervalMs = 600_000) {
+  const store = new PostgresRelayStore({ schema: db.schema, connection, wake: 'wal', logger });
+  const relay = createRelay({ store, transport, pollIntervalMs, minPollIntervalMs: pollIntervalMs, leaseTtlMs: 5000 });
+  return { store, relay };
+}
+
+before(async () => {
+  db = await openDb('postgres');
+  pool = new pg.Pool({ connectionString: DATABASE_URL, max: 4 });
+});
+after(async () => {
+  await dropPublication(db.connection, postgresNames({ schema: db.schema })).catch(() => {});
+  await pool.end();
+  await db.close();
+});
+
+const outbox = () => createOutbox({ store: new PostgresOutboxStore({ schema: db.schema, notify: false }), events: [E] });
+
+it('wakes from the WAL alone, and publishes a lower seq that commits after higher seqs were published', async () => {
+  await db.query(`TRUNCATE "${db.schema}".outbox`);
+  const transport = new RecordingTransport();
+  const { store, relay } = walRelay(db.connection, transport);
+  await relay.start();
+  try {
+    // The first idle wait opens the stream; a slot is created only once no transaction is open.
+    await waitFor('streaming', async () => (await store.wakeStatus()).mode === 'wal');
+    const lag = await store.wakeSlotLagBytes(); // the txbox_relay_wal_slot_lag_bytes gauge
+    assert.equal(typeof lag, 'number', 'a streaming slot reports its lag');
+    assert.ok(lag! >= 0);
+    const slow = await pool.connect();
+    await slow.query('BEGIN');
+    const [late] = await outbox().enqueue(slow, E({ aggregateId: 'slow', payload: { n: 1 } })); // the lower seq, still open
+    const fast = await pool.connect();
+    await fast.query('BEGIN');
+    const [early] = await outbox().enqueue(fast, E({ aggregateId: 'fast', payload: { n: 2 } }));
+    await fast.query('COMMIT');
+    fast.release();
+    await waitFor('the higher seq published, woken by its commit', () => transport.acked.some((e) => e.id === early));
+    await new Promise((r) => setTimeout(r, 200));
+    await slow.query('COMMIT');
+    slow.release();
+    await waitFor('the lower seq published after its late commit', () => transport.acked.some((e) => e.id === late));
+    const [row] = await db.query<{ s1: string; s2: string }>(
+      `SELECT (SELECT seq FROM "${db.schema}".outbox WHERE id = $1)::text AS s1, (SELECT seq FROM "${db.schema}".outbox WHERE id = $2)::text AS s2`,
+      [late, early],
+    );
+    assert.ok(Number(row!.s1) < Number(row!.s2), 'the late transaction really held the lower seq');
+  } finally {
+    await relay.stop();
+  }
+  await waitFor('the temporary slot went with the relay', async () => (await walSlots(db.connection, postgresNames({ schema: db.schema }))).length === 0);
+});
+
+it('a slot dropped under a running relay: warns once, keeps publishing by polling, then streams from a new slot', async () => {
+  await db.query(`TRUNCATE "${db.schema}".outbox`);
+  const transport = new RecordingTransport();
+  const logger = recordingLogger();
+  const { store, relay } = walRelay(db.connection, transport, logger, 300);
+  await relay.start();
+  try {
+    await waitFor('streaming', async () => (await store.wakeStatus()).mode === 'wal');
+    const first = (await store.wakeStatus()).slot!;
+    // What `txbox wal drop-slots --active` does: ends the walsender, which drops the temporary slot.
+    const dropped = await dropWalSlots(db.connection, postgresNames({ schema: db.schema }), { active: true });
+    assert.deepEqual(dropped, [first]);
+    await waitFor('fell back', async () => (await store.wakeStatus()).mode !== 'wal');
+    const ids = await db.transaction((tx) => outbox().enqueue(tx, [E({ aggregateId: 'x', payload: { n: 1 } }), E({ aggregateId: 'y', payload: { n: 2 } })]));
+    await waitFor('published while the stream is down', () => ids.every((id) => transport.acked.some((e) => e.id === id)));
+    await waitFor('streaming from a new slot', async () => {
+      const s = await store.wakeStatus();
+      return s.mode === 'wal' && s.slot !== first;
+    });
+    const [id] = await db.transaction((tx) => outbox().enqueue(tx, E({ aggregateId: 'z', payload: { n: 3 } })));
+    await waitFor('published after the new slot', () => transport.acked.some((e) => e.id === id));
+    assert.equal(logger.warnings.filter((w) => /WAL wake-up unavailable/.test(w)).length, 1, logger.warnings.join('\n'));
+  } finally {
+    await relay.stop();
+  }
+});
+
+it('a role without REPLICATION: walProblems says what to grant; the relay warns and is woken by NOTIFY', async () => {
+  await db.query(`TRUNCATE "${db.schema}".outbox`);
+  const role = `txbox_norepl_${randomBytes(4).toString('hex')}`;
+  await pool.query(`CREATE ROLE ${role} LOGIN NOREPLICATION`);
+  await pool.query(`GRANT USAGE ON SCHEMA "${db.schema}" TO ${role}; GRANT ALL ON ALL TABLES IN SCHEMA "${db.schema}" TO ${role}; GRANT ALL ON ALL SEQUENCES IN SCHEMA "${db.schema}" TO ${role}`);
+  const url = new URL(DATABASE_URL);
+  url.username = role;
+  const connection = pgConnection({ connectionString: url.toString(), maxConnections: 3 });
+  try {
+    const problems = await walProblems(connection);
+    assert.equal(problems.length, 1, problems.join('\n'));
+    assert.match(problems[0]!, new RegExp(`role ${role} has no REPLICATION attribute: run ALTER ROLE "${role}" REPLICATION`));
+    const transport = new RecordingTransport();
+    const logger = recordingLogger();
+    const { relay } = walRelay(connection, transport, logger);
+    await relay.start();
+    try {
+      await waitFor('the fallback warning', () => logger.warnings.some((w) => /WAL wake-up unavailable.*REPLICATION/.test(w)));
+      const notifying = createOutbox({ store: new PostgresOutboxStore({ schema: db.schema, notify: true, notifyIntervalMs: 0 }), events: [E] });
+      const [id] = await db.transaction((tx) => notifying.enqueue(tx, E({ aggregateId: 'n', payload: { n: 1 } })));
+      await waitFor('published, woken by NOTIFY (polling is off)', () => transport.acked.some((e) => e.id === id));
+    } finally {
+      await relay.stop();
+    }
+  } finally {
+    await connection.close();
+    await pool.query(`REVOKE ALL ON ALL TABLES IN SCHEMA "${db.schema}" FROM ${role}; REVOKE ALL ON ALL SEQUENCES IN SCHEMA "${db.schema}" FROM ${role}; REVOKE USAGE ON SCHEMA "${db.schema}" FROM ${role}`);
+    await pool.query(`DROP ROLE ${role}`);
+  }
+});
+
+it('PGlite cannot stream: walProblems says so, and a relay asked for wal keeps NOTIFY and polling', async () => {
+  const lite = await openDb('pglite');
+  try {
+    const problems = await walProblems(lite.connection);
+    assert.match(problems.join(' '), /cannot open a replication connection/);
+    const transport = new RecordingTransport();
+    const logger = recordingLogger();
+    const relay = createRelay({ store: new PostgresRelayStore({ schema: lite.schema, connection: lite.connection, wake: 'wal', logger }), transport, pollIntervalMs: 50 });
+    await relay.start();
+    try {
+      const o = createOutbox({ store: new PostgresOutboxStore({ schema: lite.schema }), events: [E] });
+      const [id] = await lite.transaction((tx) => o.enqueue(tx, E({ aggregateId: 'p', payload: { n: 1 } })));
+      await waitFor('published', () => transport.acked.some((e) => e.id === id));
+      assert.ok(logger.warnings.some((w) => /WAL wake-up unavailable/.test(w)));
+    } finally {
+      await relay.stop();
+    }
+  } finally {
+    await lite.close();
+  }
+});
+
+it('confirms promptly: WAL written to other tables while the outbox is idle is released from the slot', async () => {
+  const transport = new RecordingTransport();
+  const { store, relay } = walRelay(db.connection, transport);
+  await relay.start();
+  try {
+    await waitFor('streaming', async () => (await store.wakeStatus()).mode === 'wal');
+    await db.query(`CREATE TABLE "${db.schema}".other (n int, pad text)`);
+    // About 8 MB of WAL on a table outside the publication.
+    await db.query(`INSERT INTO "${db.schema}".other SELECT g, repeat('x', 200) FROM generate_series(1, 30000) g`);
+    const [{ lsn }] = (await db.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn')) as [{ lsn: string }];
+    // The slot confirms past the insert (the walsender's keepalives are answered), so it retains none of it.
+    await waitFor('the slot confirmed past the unrelated WAL', async () => {
+      const slot = (await store.wakeStatus()).slot!;
+      const { rows } = await db.connection.query<{ behind: boolean }>(
+        'SELECT confirmed_flush_lsn < $2::pg_lsn AS behind FROM pg_replication_slots WHERE slot_name = $1',
+        [slot, lsn],
+      );
+      return rows[0]?.behind === false;
+    }, 20_000);
+    const status = await store.wakeStatus();
+    assert.equal(status.mode, 'wal');
+    assert.equal(typeof status.slotLagBytes, 'number');
+  } finally {
+    await relay.stop();
+  }
+});
+
+it('while the slot waits for an open transaction: warns and wakes by NOTIFY meanwhile; stop() does not wait for the slot', async () => {
+  await db.query(`TRUNCATE "${db.schema}".outbox`);
+  const blocker = await pool.connect();
+  const transport = new RecordingTransport();
+  const logger = recordingLogger();
+  const { relay } = walRelay(db.connection, transport, logger);
+  try {
+    // A transaction with an xid, open before the slot is asked for: creating the slot waits for it.
+    await blocker.query('BEGIN');
+    await blocker.query('SELECT txid_current()');
+    await relay.start();
+    await waitFor('the slow-start warning', () => logger.warnings.some((w) => /creating the replication slot waits for transactions/.test(w)), 20_000);
+    const notifying = createOutbox({ store: new PostgresOutboxStore({ schema: db.schema, notify: true, notifyIntervalMs: 0 }), events: [E] });
+    const [id] = await db.transaction((tx) => notifying.enqueue(tx, E({ aggregateId: 'w', payload: { n: 1 } })));
+    await waitFor('published by NOTIFY while the slot waits', () => transport.acked.some((e) => e.id === id));
+    await relay.stop(); // resolves although the slot creation still waits for `blocker`
+  } finally {
+    await blocker.query('ROLLBACK').catch(() => {});
+    blocker.release();
+  }
+  await waitFor('no slot left', async () => (await walSlots(db.connection, postgresNames({ schema: db.schema }))).length === 0);
+});
+
+it('two relays, a slot each, woken by the WAL alone: every event once, per-key order kept', async () => {
+  await db.query(`TRUNCATE "${db.schema}".outbox`);
+  await db.query(`UPDATE "${db.schema}".outbox_buckets SET owner = NULL, lease_until = NULL`);
+  const transport = new RecordingTransport();
+  const a = walRelay(db.connection, transport);
+  const b = walRelay(db.connection, transport);
+  await a.relay.start();
+  await b.relay.start();
+  try {
+    await waitFor('both stream', async () => (await a.store.wakeStatus()).mode === 'wal' && (await b.store.wakeStatus()).mode === 'wal', 30_000);
+    await waitFor('buckets shared', () => a.relay.heldBuckets > 0 && b.relay.heldBuckets > 0, 30_000);
+    const committed = new Map<string, string[]>();
+    for (let round = 0; round < 5; round++) {
+      const events = Array.from({ length: 20 }, (_, k) => E({ aggregateId: `k${k}`, payload: { n: round } }));
+      const ids = await db.transaction((tx) => outbox().enqueue(tx, events));
+      ids.forEach((id, k) => committed.set(`A:k${k}`, [...(committed.get(`A:k${k}`) ?? []), id]));
+    }
+    await waitFor('all delivered', () => new Set(transport.acked.map((e) => e.id)).size >= 100);
+    const report = checkDeliveries(committed, transport.acked);
+    assert.equal(report.lost, 0);
+    assert.equal(report.orderViolations, 0);
+    assert.equal(report.phantom, 0);
+  } finally {
+    await a.relay.stop();
+    await b.relay.stop();
+  }
+});
