@@ -16,3 +16,14 @@ export function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promi
     );
   });
 }
+
+/** True when `promise` settled (either way) within `ms`; does not wait longer. */
+export async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+  try {
+    return await Promise.race([promise.then(() => true, () => true), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

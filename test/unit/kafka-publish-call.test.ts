@@ -35,6 +35,10 @@ class FakeClient implements KafkaClient {
   listings = 0;
   constructor(public script: Script = () => {}) {}
 
+  destroySockets(): number {
+    return 0;
+  }
+
   async openProducer(): Promise<ProducerHandle> {
     const id = ++this.opened;
     let failed = false;

@@ -63,6 +63,8 @@ export interface ConsumerCoreOptions {
  * readonly #core = new ConsumerCore({ name: 'pubsub', logger, context: () => ({ subscription }), onError: (operation, message) => this.events.fire('error', { operation, message }) });
  * start() { return this.#core.start(() => this.#open()); }
  */
+export { within } from '../../core/abort.ts';
+
 export class ConsumerCore {
   readonly #o: ConsumerCoreOptions;
   readonly #failing = new Set<string>();
@@ -100,8 +102,10 @@ export class ConsumerCore {
    * (operation `start`) per attempt, until it succeeds, stop() is called or
    * `signal` aborts (then start() rejects with AbortedError). Any other
    * failure (configuration) makes the state `stopped` and is rethrown at once.
+   * `open` gets a signal that aborts when stop() comes during the start: an
+   * adapter that can cut its attempt short (close its sockets) listens to it.
    */
-  async start(open: () => Promise<void>, running?: () => void, signal?: AbortSignal): Promise<void> {
+  async start(open: (cancel: AbortSignal) => Promise<void>, running?: () => void, signal?: AbortSignal): Promise<void> {
     if (this.#stopping) await this.#stopping;
     if (this.#state === 'running') return;
     this.#starting ??= (async () => {
@@ -111,7 +115,7 @@ export class ConsumerCore {
       const wait = signal ? AbortSignal.any([this.#startWait.signal, signal]) : this.#startWait.signal;
       for (let attempt = 1; ; attempt++) {
         try {
-          await open();
+          await open(wait);
           break;
         } catch (err) {
           const reason = (this.#o.outage ?? brokerOutage)(err);
@@ -158,7 +162,8 @@ export class ConsumerCore {
   stop(close: () => Promise<void>, abortFirst = true): Promise<void> {
     if (this.#state === 'stopped' && !this.#starting) return Promise.resolve();
     this.#stopping ??= (async () => {
-      // A start waiting for the broker gives up; an attempt in flight finishes (bounded by the client's connect timeout).
+      // A start waiting for the broker gives up; an attempt in flight is cut short where the adapter listens to
+      // open's signal, otherwise it finishes (bounded by the client's connect and request timeouts).
       this.#startWait.abort();
       if (this.#starting) await this.#starting.catch(() => {});
       if (this.#state !== 'running') return;
@@ -254,17 +259,6 @@ export function pause(ms: number, signal: AbortSignal): Promise<boolean> {
     const timer = setTimeout(() => done(true), ms);
     signal.addEventListener('abort', onAbort, { once: true });
   });
-}
-
-/** True when `promise` settled (either way) within `ms`; does not wait longer. */
-export async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
-  try {
-    return await Promise.race([promise.then(() => true, () => true), timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 /** Doubling backoff after the `failures`-th failure in a row: `baseMs` × 2^n, at most `maxMs`. */

@@ -4,8 +4,9 @@
  * (see docs/transports/kafka-client-choice.md) stays inside this file and the
  * error classification in kafka-outcomes.ts.
  */
-import kafkajs, { type Kafka, type KafkaConfig, type LogEntry, type Message, type Producer } from 'kafkajs';
-import type { ConnectionOptions } from 'node:tls';
+import kafkajs, { type ISocketFactory, type Kafka, type KafkaConfig, type LogEntry, type Message, type Producer } from 'kafkajs';
+import { connect as netConnect, isIP, type Socket } from 'node:net';
+import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
 import type { Logger } from '../../core/logger.ts';
 import type { ResolvedKafkaTransportOptions } from './kafka-transport-options.ts';
 
@@ -40,6 +41,59 @@ export interface KafkaClient {
   /** Connects a new idempotent producer (a fresh producer id); rejects with the client's error. */
   openProducer(): Promise<ProducerHandle>;
   openAdmin(): Promise<AdminHandle>;
+  /** Destroys every socket this client still has open (after its producers and admins were closed); returns how many. */
+  destroySockets(): number;
+}
+
+/**
+ * The sockets a kafkajs client opens, so that a consumer's stop() or a
+ * transport's close() can destroy those kafkajs leaves behind: a disconnect
+ * that races a reconnect (a broker that was killed and restarted) can leave
+ * a socket open, which keeps the user's process from exiting (kafkajs issues
+ * #1147 and #1639). After `destroyAll()` the factory still answers kafkajs,
+ * with sockets destroyed at once, so a late reconnect fails instead of
+ * opening a connection nobody closes.
+ */
+export interface SocketTracker {
+  readonly socketFactory: ISocketFactory;
+  destroyAll(): number;
+  /** Opens sockets normally again (a transport started after close()). */
+  reopen(): void;
+}
+
+/** kafkajs's own keep-alive delay for its sockets. */
+const KEEP_ALIVE_MS = 60_000;
+
+const closedError = (): Error => new Error('the socket was closed by txbox (stop or close)');
+
+export function trackSockets(): SocketTracker {
+  const open = new Set<Socket>();
+  let closed = false;
+  return {
+    // The same sockets as kafkajs's default factory (network/socketFactory.js), remembered until they close.
+    socketFactory: ({ host, port, ssl, onConnect }) => {
+      const socket: Socket = ssl ? tlsConnect({ host, port, ...(isIP(host) ? {} : { servername: host }), ...ssl }, onConnect) : netConnect({ host, port }, onConnect);
+      socket.setKeepAlive(true, KEEP_ALIVE_MS);
+      if (closed) {
+        socket.destroy(closedError());
+        return socket;
+      }
+      open.add(socket);
+      socket.once('close', () => open.delete(socket));
+      return socket;
+    },
+    destroyAll: () => {
+      closed = true;
+      const n = open.size;
+      // With an error: kafkajs listens to 'error' (not 'close'), which fails the requests waiting on the socket.
+      for (const s of open) s.destroy(closedError());
+      open.clear();
+      return n;
+    },
+    reopen: () => {
+      closed = false;
+    },
+  };
 }
 
 const CODEC = {
@@ -68,6 +122,7 @@ const RETRY = { initialRetryTime: 100, maxRetryTime: 1000 } as const;
 export function createKafkaClient(o: ResolvedKafkaTransportOptions): KafkaClient {
   const c = o.connection;
   const retry = { ...RETRY, retries: o.clientRetries };
+  const sockets = trackSockets();
   let kafka: Kafka;
   if (c.kind === 'instance') {
     kafka = c.kafka;
@@ -81,6 +136,7 @@ export function createKafkaClient(o: ResolvedKafkaTransportOptions): KafkaClient
       retry,
       logLevel: logLevel.INFO,
       logCreator: () => (entry: LogEntry) => forwardLog(o.logger, entry),
+      socketFactory: sockets.socketFactory,
     };
     if (c.ssl !== undefined) config.ssl = c.ssl as boolean | ConnectionOptions;
     if (c.sasl !== undefined) config.sasl = c.sasl;
@@ -88,6 +144,7 @@ export function createKafkaClient(o: ResolvedKafkaTransportOptions): KafkaClient
   }
   return {
     async openProducer() {
+      sockets.reopen();
       const producer = kafka.producer({
         idempotent: true,
         // kafkajs serializes an idempotent producer's requests per broker anyway; 1 says so.
@@ -104,6 +161,7 @@ export function createKafkaClient(o: ResolvedKafkaTransportOptions): KafkaClient
       };
     },
     async openAdmin() {
+      sockets.reopen();
       const admin = kafka.admin({ retry });
       await connectOrClean(admin);
       return {
@@ -111,6 +169,8 @@ export function createKafkaClient(o: ResolvedKafkaTransportOptions): KafkaClient
         close: () => admin.disconnect(),
       };
     },
+    // A Kafka instance of the user's own opens its sockets with its own factory: those stay the user's to close.
+    destroySockets: () => sockets.destroyAll(),
   };
 }
 

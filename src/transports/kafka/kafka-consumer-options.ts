@@ -1,4 +1,4 @@
-import kafkajs, { type ConsumerConfig, type Kafka, type KafkaConfig, type LogEntry } from 'kafkajs';
+import kafkajs, { type ConsumerConfig, type ISocketFactory, type Kafka, type KafkaConfig, type LogEntry } from 'kafkajs';
 import type { ConnectionOptions } from 'node:tls';
 import { ConfigError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
@@ -199,7 +199,8 @@ function deadLetters(value: string | null | undefined, topics: readonly string[]
 }
 
 /** The kafkajs client these options describe: the given instance, or a new one whose log lines go to the logger. */
-export function kafkaOf(o: ResolvedKafkaConsumerOptions): Kafka {
+/** The kafkajs client these options describe, opening its sockets through `socketFactory` (a user's own Kafka instance keeps its own). */
+export function kafkaOf(o: ResolvedKafkaConsumerOptions, socketFactory: ISocketFactory): Kafka {
   const c = o.connection.connection;
   if (c.kind === 'instance') return c.kafka;
   const logger = o.logger;
@@ -211,6 +212,7 @@ export function kafkaOf(o: ResolvedKafkaConsumerOptions): Kafka {
     requestTimeout: c.requestTimeoutMs,
     logLevel: logLevel.INFO,
     logCreator: () => (entry: LogEntry) => forwardLog(logger, entry),
+    socketFactory,
   };
   if (c.ssl !== undefined) config.ssl = c.ssl as boolean | ConnectionOptions;
   if (c.sasl !== undefined) config.sasl = c.sasl;

@@ -14,6 +14,7 @@ import { ConsumerCore, within, type ConsumerCounts, type ConsumerErrorEvent } fr
 import { DeliveryCore } from '../../inbox/consumer/delivery-core.ts';
 import { CLIENT_RETRY, consumerConfigOf, kafkaOf, resolveKafkaConsumerOptions, type KafkaConsumerOptions, type ResolvedKafkaConsumerOptions } from './kafka-consumer-options.ts';
 import { BatchRun, Generation, type BatchHost } from './kafka-batch-run.ts';
+import { trackSockets, type SocketTracker } from './kafka-client.ts';
 import { kafkaOutage, startError } from './kafka-outcomes.ts';
 
 export { resolveKafkaConsumerOptions, type KafkaConsumerOptions, type ResolvedKafkaConsumerOptions } from './kafka-consumer-options.ts';
@@ -65,6 +66,8 @@ interface Session {
   readonly consumer: KafkaJsConsumer;
   readonly producer: Producer | null;
   readonly off: (() => void)[];
+  /** Every socket of this session's client: stop() destroys those kafkajs leaves open. */
+  readonly sockets: SocketTracker;
 }
 
 /**
@@ -150,7 +153,7 @@ export class KafkaConsumer implements Consumer {
    * reject with AbortedError.
    */
   start(): Promise<void> {
-    return this.#core.start(() => this.#start());
+    return this.#core.start((cancel) => this.#start(cancel));
   }
 
   /**
@@ -163,15 +166,19 @@ export class KafkaConsumer implements Consumer {
     return this.#core.stop(() => this.#stopNow());
   }
 
-  async #start(): Promise<void> {
+  async #start(cancel: AbortSignal): Promise<void> {
     const o = this.#o;
     this.#generation = new Generation();
     this.#restarts = 0;
     let producer: Producer | null = null;
     let consumer: KafkaJsConsumer | null = null;
     const off: (() => void)[] = [];
+    const sockets = trackSockets();
+    // stop() during the start: the attempt in flight (a broker that accepts and never answers) fails at once.
+    const onCancel = (): void => void sockets.destroyAll();
+    cancel.addEventListener('abort', onCancel, { once: true });
     try {
-      const kafka = kafkaOf(o);
+      const kafka = kafkaOf(o, sockets.socketFactory);
       await this.#checkCluster(kafka);
       if (o.deadLetterTopics.size > 0) {
         producer = kafka.producer({ allowAutoTopicCreation: false, retry: CLIENT_RETRY });
@@ -186,7 +193,7 @@ export class KafkaConsumer implements Consumer {
         throw startError(err, o.connection);
       });
       await c.subscribe({ topics: [...o.topics], fromBeginning: o.fromBeginning });
-      this.#session = { consumer: c, producer, off };
+      this.#session = { consumer: c, producer, off, sockets };
       await this.#run(c);
       await joined;
     } catch (err) {
@@ -194,7 +201,10 @@ export class KafkaConsumer implements Consumer {
       this.#session = null;
       await consumer?.disconnect().catch(() => {});
       await producer?.disconnect().catch(() => {});
+      sockets.destroyAll();
       throw err;
+    } finally {
+      cancel.removeEventListener('abort', onCancel);
     }
     o.logger.info({ groupId: o.groupId, topics: o.topics, brokers: o.connection.display }, 'txbox kafka consumer: started');
   }
@@ -267,6 +277,8 @@ export class KafkaConsumer implements Consumer {
       o.logger.warn({ groupId: o.groupId }, `txbox kafka consumer: stop timed out after ${o.stopTimeoutMs} ms (stopTimeoutMs); uncommitted records are redelivered to the group`);
     }
     await session.producer?.disconnect().catch(() => {});
+    const left = session.sockets.destroyAll();
+    if (left > 0) o.logger.debug({ groupId: o.groupId, sockets: left }, 'txbox kafka consumer: closed sockets kafkajs left open');
     for (const f of session.off) f();
     this.#session = null;
     this.#assignment = {};

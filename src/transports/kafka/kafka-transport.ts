@@ -1,7 +1,8 @@
 import type { OutboxEvent } from '../../core/envelope.ts';
 import { AbortedError } from '../../core/errors.ts';
 import type { PublishOutcome, Transport } from '../../core/ports.ts';
-import { createKafkaClient } from './kafka-client.ts';
+import { createKafkaClient, type KafkaClient } from './kafka-client.ts';
+import { within } from '../../core/abort.ts';
 import { startDespiteOutage } from '../../core/broker-outage.ts';
 import { fail, kafkaOutage, startError } from './kafka-outcomes.ts';
 import { KafkaPublishCall, type PublishContext } from './kafka-publish-call.ts';
@@ -35,10 +36,14 @@ export {
  * });
  * const relay = createRelay({ store, transport });
  */
+/** How long close() lets producers and the admin client disconnect before it destroys their sockets. */
+const CLOSE_GRACE_MS = 1_000;
+
 export class KafkaTransport implements Transport {
   readonly name = 'kafka';
   readonly #options: ResolvedKafkaTransportOptions;
   readonly #ctx: PublishContext;
+  readonly #client: KafkaClient;
   readonly #inFlight = new Set<Promise<unknown>>();
   #closing: Promise<void> | null = null;
 
@@ -46,6 +51,7 @@ export class KafkaTransport implements Transport {
   constructor(options: KafkaTransportOptions = {}) {
     this.#options = resolveKafkaTransportOptions(options);
     const client = createKafkaClient(this.#options);
+    this.#client = client;
     this.#ctx = {
       options: this.#options,
       pool: new ProducerPool(client, this.#options.producers, this.#options.logger),
@@ -116,7 +122,12 @@ export class KafkaTransport implements Transport {
 
   async #close(): Promise<void> {
     await Promise.allSettled([...this.#inFlight]);
-    await this.#ctx.pool.close();
-    await this.#ctx.topics?.close();
+    const closed = Promise.allSettled([this.#ctx.pool.close(), this.#ctx.topics?.close()]);
+    // A producer still connecting to a broker that accepted and never answered would hold close() for the
+    // request timeout: after a second its sockets are destroyed, which fails that connect at once.
+    await within(closed, CLOSE_GRACE_MS);
+    const left = this.#client.destroySockets();
+    await closed;
+    if (left > 0) this.#options.logger.debug({ sockets: left }, 'txbox kafka transport: closed sockets kafkajs left open');
   }
 }
