@@ -21,6 +21,7 @@ import { DATABASE_URL, openDb, type TestDb } from '../helpers/databases.ts';
 import { runCli, startCli, type CliResult } from '../helpers/cli.ts';
 import { startTcpProxy } from '../helpers/tcp-proxy.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { holdBrokerLock } from '../helpers/broker-lock.ts';
 
 const { Kafka, logLevel } = kafkajs;
 const Placed = defineEvent({ type: 'OrderPlaced', aggregateType: 'Order', destination: 'orders', payload: payloadType<{ n: number }>() });
@@ -57,7 +58,10 @@ describe('txbox relay with its broker down at start', { concurrency: true, timeo
   });
 
   for (const transport of ['kafka', 'redis'] as const) {
-    it(`--transport ${transport}: stays up while nothing answers, warns naming the transport, publishes once the broker answers`, async () => {
+    it(`--transport ${transport}: stays up while nothing answers, warns naming the transport, publishes once the broker answers`, async (t) => {
+      // Other files kill the shared Kafka broker: take turns with them.
+      const release = transport === 'kafka' ? await holdBrokerLock('kafka') : () => {};
+      t.after(release);
       const db = await freshDb();
       const proxy = await startTcpProxy(transport === 'kafka' ? 9092 : 6379);
       await proxy.close();

@@ -25,6 +25,7 @@ import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { FAST_GROUP, newGroup, newTopic } from '../fixtures/kafka-consumer-helpers.ts';
 import { TestBroker } from '../fixtures/rabbitmq-consumer-broker.ts';
+import { holdBrokerLock } from '../helpers/broker-lock.ts';
 import { JetStreamAdmin } from '../fixtures/nats-consumer-helpers.ts';
 import { adminClient as pubsubAdmin, EMULATOR_HOST, emulatorSkip, PROJECT } from '../helpers/pubsub.ts';
 import { createQueue, deleteQueues, sqsClient, SQS_PORT, TEST_CREDENTIALS, uniqueQueueName } from '../helpers/sqs.ts';
@@ -59,6 +60,8 @@ interface Case {
 }
 
 const rabbit = new TestBroker();
+/** Brokers that other test files stop or kill (their files hold holdBrokerLock too). */
+const SHARED_BROKERS = new Set(['kafka', 'rabbitmq']);
 
 const CASES: Case[] = [
   {
@@ -179,7 +182,12 @@ describe('broker down at start', { timeout: 600_000 }, () => {
     await migrateInbox(db.connection, inboxNames({ schema: db.schema }));
   });
   after(async () => {
-    await rabbit.cleanup();
+    const release = await holdBrokerLock('rabbitmq');
+    try {
+      await rabbit.cleanup();
+    } finally {
+      release();
+    }
     await db.close();
   });
 
@@ -187,10 +195,15 @@ describe('broker down at start', { timeout: 600_000 }, () => {
     it(`${c.name}: a relay and a consumer started while the broker refuses connections start anyway, and every event is applied once it answers`, { timeout: 120_000 }, async (t) => {
       const skip = (await c.skip?.()) ?? false;
       if (skip) return t.skip(skip);
+      // Other files stop or kill the shared Kafka and RabbitMQ brokers: take turns with them.
+      const release = SHARED_BROKERS.has(c.name) ? await holdBrokerLock(c.name) : () => {};
       const proxy: TcpProxy = await startTcpProxy(c.port);
       await proxy.close(); // the port now refuses connections
       const logger = recordingLogger();
-      const s = await c.setup(proxy.port, logger);
+      const s = await c.setup(proxy.port, logger).catch((err: unknown) => {
+        release();
+        throw err;
+      });
       const Item = defineEvent({ type: `Outage.${c.name}`, aggregateType: 'Item', destination: s.destination, payload: payloadType<{ n: number }>() });
       const relay = createRelay({
         store: new PostgresRelayStore({ schema: db.schema, connection: db.connection }),
@@ -244,6 +257,7 @@ describe('broker down at start', { timeout: 600_000 }, () => {
         await relay.stop().catch(() => {});
         await proxy.close().catch(() => {});
         await s.cleanup().catch(() => {});
+        release();
       }
     });
   }

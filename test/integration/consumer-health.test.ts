@@ -17,6 +17,7 @@ import { RedisConsumer, RedisTransport } from 'txbox/redis';
 import { JetStreamAdmin, item } from '../fixtures/nats-consumer-helpers.ts';
 import { openDb, type TestDb } from '../helpers/databases.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { holdBrokerLock } from '../helpers/broker-lock.ts';
 
 const run = randomBytes(4).toString('hex');
 let db: TestDb;
@@ -48,13 +49,23 @@ async function lifecycle(consumer: Consumer & HealthSource): Promise<void> {
 describe('consumer health()', () => {
   it('RabbitMQ', async () => {
     const queue = `txbox-health-${run}`;
+    // Other files stop the shared broker (stop_app): take turns with them.
+    const release = await holdBrokerLock('rabbitmq');
+    try {
+      await rabbitCase(queue);
+    } finally {
+      release();
+    }
+  });
+
+  async function rabbitCase(queue: string): Promise<void> {
     await lifecycle(new RabbitMqConsumer({ url: 'amqp://guest:guest@127.0.0.1:5672', queues: [queue], inbox: inboxFor('rabbit'), assertQueues: true }));
     const amqp = await import('amqplib');
     const conn = await amqp.connect('amqp://guest:guest@127.0.0.1:5672');
     const ch = await conn.createChannel();
     for (const q of [queue, `${queue}.dead`]) await ch.deleteQueue(q).catch(() => {});
     await conn.close();
-  });
+  }
 
   it('NATS', async () => {
     const admin = await JetStreamAdmin.open();

@@ -109,7 +109,9 @@ describe('PubSubConsumer crashes and emulator restarts', { skip }, () => {
 
       await admin.close();
       script('down.sh');
-      await sleep(2000);
+      // Before: health() stayed ready while the emulator was down (the client retries the stream silently).
+      await waitFor('not ready while the emulator is down', async () => !(await consumer.health()).ready, 30_000, 100);
+      assert.ok(errors.includes('stream'), `an error event for the stream: ${JSON.stringify(errors)}`);
       script('up.sh');
       admin = adminClient(host);
       await createTopic(admin, topic);

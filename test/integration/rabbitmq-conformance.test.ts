@@ -7,9 +7,6 @@
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { connect, type Channel, type ChannelModel } from 'amqplib';
@@ -17,6 +14,7 @@ import { RabbitMqTransport, decodeRabbitMqMessage } from 'txbox/rabbitmq';
 import type { Delivered } from 'txbox/testing';
 import { runTransportConformance } from 'txbox/testing/conformance';
 import { DATABASE_URL } from '../helpers/databases.ts';
+import { lockBroker } from '../fixtures/rabbitmq-consumer-broker.ts';
 
 const AMQP_URL = process.env.TXBOX_TEST_RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
 const run = promisify(execFile);
@@ -26,31 +24,7 @@ const run = promisify(execFile);
  * resource alarm in one would break another running beside it. A lock
  * left by a dead process is taken over.
  */
-async function lockBroker(): Promise<() => Promise<void>> {
-  const dir = join(tmpdir(), 'txbox-rabbitmq-tests.lock');
-  for (;;) {
-    try {
-      await mkdir(dir);
-      await writeFile(join(dir, 'pid'), String(process.pid));
-      return () => rm(dir, { recursive: true, force: true });
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      const pid = Number(await readFile(join(dir, 'pid'), 'utf8').catch(() => '0'));
-      const age = Date.now() - ((await stat(dir).catch(() => null))?.mtimeMs ?? 0);
-      if ((pid > 0 && !alive(pid)) || (pid === 0 && age > 10_000)) await rm(dir, { recursive: true, force: true });
-      else await sleep(250);
-    }
-  }
-}
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 const unlock = await lockBroker();
 const prefix = `txbox_conf_${randomBytes(3).toString('hex')}`;

@@ -7,9 +7,6 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
@@ -17,6 +14,7 @@ import { connect, type Channel, type ChannelModel } from 'amqplib';
 import { ConfigError, uuidv7, type OutboxEvent, type PublishOutcome } from 'txbox';
 import { RABBITMQ_MAX_MESSAGE_BYTES, RabbitMqTransport, decodeRabbitMqMessage, type RabbitMqTransportOptions } from 'txbox/rabbitmq';
 import { waitFor } from '../helpers/wait.ts';
+import { lockBroker } from '../fixtures/rabbitmq-consumer-broker.ts';
 
 const AMQP_URL = process.env.TXBOX_TEST_RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
 const run = promisify(execFile);
@@ -27,29 +25,6 @@ let channel: Channel | null = null;
 const created = { queues: [] as string[], exchanges: [] as string[] };
 const transports: RabbitMqTransport[] = [];
 
-/** Test files that use the shared broker take turns (see rabbitmq-conformance.test.ts): stop_app and alarms would break a file running beside. */
-async function lockBroker(): Promise<() => Promise<void>> {
-  const dir = join(tmpdir(), 'txbox-rabbitmq-tests.lock');
-  for (;;) {
-    try {
-      await mkdir(dir);
-      await writeFile(join(dir, 'pid'), String(process.pid));
-      return () => rm(dir, { recursive: true, force: true });
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      const pid = Number(await readFile(join(dir, 'pid'), 'utf8').catch(() => '0'));
-      const age = Date.now() - ((await stat(dir).catch(() => null))?.mtimeMs ?? 0);
-      let dead = pid === 0 && age > 10_000;
-      try {
-        if (pid > 0) process.kill(pid, 0);
-      } catch {
-        dead = true;
-      }
-      if (dead) await rm(dir, { recursive: true, force: true });
-      else await sleep(250);
-    }
-  }
-}
 
 async function adminChannel(): Promise<Channel> {
   if (channel) return channel;

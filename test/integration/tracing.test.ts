@@ -17,6 +17,7 @@ import { RedisConsumer, RedisTransport } from 'txbox/redis';
 import type { TestDb } from '../helpers/databases.ts';
 import { JetStreamAdmin } from '../fixtures/nats-consumer-helpers.ts';
 import { assertOneTrace, produce, recordingInbox, registerOtel, relayUntilHandled, tracingDb } from '../fixtures/tracing-harness.ts';
+import { holdBrokerLock } from '../helpers/broker-lock.ts';
 
 const AMQP_URL = 'amqp://guest:guest@127.0.0.1:5672';
 const REDIS_URL = 'redis://127.0.0.1:6379';
@@ -49,6 +50,16 @@ describe('one trace from producer to handler', { timeout: 120_000 }, () => {
   });
 
   it('RabbitMQ (RabbitMqTransport -> RabbitMqConsumer)', async () => {
+    // Other files stop the shared broker (stop_app): take turns with them.
+    const release = await holdBrokerLock('rabbitmq');
+    try {
+      await rabbitCase();
+    } finally {
+      release();
+    }
+  });
+
+  async function rabbitCase(): Promise<void> {
     const queue = `txbox_trace_${run}`;
     const admin = await amqpConnect(AMQP_URL);
     const channel = await admin.createChannel();
@@ -69,7 +80,7 @@ describe('one trace from producer to handler', { timeout: 120_000 }, () => {
       await channel.deleteExchange(`${queue}.dlx`).catch(() => {});
       await admin.close();
     }
-  });
+  }
 
   it('NATS JetStream (NatsTransport -> NatsConsumer)', async () => {
     const admin = await JetStreamAdmin.open();

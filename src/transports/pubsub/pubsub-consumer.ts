@@ -80,6 +80,9 @@ export class PubSubConsumer implements Consumer, HealthSource {
   #info: PubSubSubscriptionInfo | null = null;
   #reopen: NodeJS.Timeout | undefined;
   #reopenFailures = 0;
+  /** Set while the client retries a StreamingPull stream that Pub/Sub does not answer (see #streamRetried). */
+  #streamDown = false;
+  #probing = false;
 
   /** Throws ConfigError naming the field when an option is invalid. Connects nothing until start(). */
   constructor(options: PubSubConsumerOptions) {
@@ -89,7 +92,7 @@ export class PubSubConsumer implements Consumer, HealthSource {
       logger: o.logger,
       context: () => ({ subscription: o.subscription }),
       onError: (operation, message) => this.events.fire('error', { operation, message }),
-      connected: () => this.#subscription?.isOpen === true,
+      connected: () => this.#subscription?.isOpen === true && !this.#streamDown,
       describe: errorText,
     });
     this.#deliveries = new DeliveryCore<Message>({
@@ -215,6 +218,11 @@ export class PubSubConsumer implements Consumer, HealthSource {
     const sub = this.#subscription!;
     sub.on('message', (m: Message) => this.#receive(m));
     sub.on('error', (err: unknown) => this.#core.failed('stream', err));
+    // A stream that ends with a status the client retries (UNAVAILABLE, ...) is reopened by the client without an
+    // 'error' or 'close': only its 'debug' messages tell. Without this, health() stayed ready while Pub/Sub was down.
+    sub.on('debug', (msg: { message?: string; error?: unknown }) => {
+      if (typeof msg.message === 'string' && / has ended with status \d+; will be retried/.test(msg.message)) this.#streamRetried(sub, msg.error);
+    });
     // The client closes the stream after an error it does not retry: open it again, with backoff.
     sub.on('close', () => {
       if (!this.#core.running || this.#subscription !== sub) return;
@@ -237,6 +245,7 @@ export class PubSubConsumer implements Consumer, HealthSource {
     // Arrived while stopping: back at once, for another consumer.
     if (!this.#core.running) return void m.nack();
     this.stats.received++;
+    if (this.#streamDown) this.#streamUp();
     this.#deliveries.accept(m, parsePubSubMessage(m, this.#o.destination));
   }
 
@@ -278,6 +287,39 @@ export class PubSubConsumer implements Consumer, HealthSource {
     return true;
   }
 
+  /**
+   * Pub/Sub closes streams now and then (the client reopens them at once), so
+   * a retried stream is not yet an outage: a metadata read tells. When it
+   * fails, the consumer is not ready (health(), a warning once) until a read
+   * succeeds again, tried every 2 s; a message received also ends it.
+   */
+  #streamRetried(sub: Subscription, cause: unknown): void {
+    if (this.#probing) return;
+    this.#probing = true;
+    void this.#probe(sub, cause).finally(() => (this.#probing = false));
+  }
+
+  async #probe(sub: Subscription, cause: unknown): Promise<void> {
+    while (this.#core.running && this.#subscription === sub) {
+      try {
+        await withinConnectTimeout(this.#o.connection, `reading subscription ${this.#o.subscription}`, sub.getMetadata());
+        return this.#streamUp();
+      } catch (err) {
+        if (!this.#streamDown) {
+          this.#streamDown = true;
+          this.#core.failed('stream', cause ?? err);
+        }
+      }
+      await new Promise((r) => setTimeout(r, 2_000).unref());
+    }
+  }
+
+  #streamUp(): void {
+    if (!this.#streamDown) return;
+    this.#streamDown = false;
+    this.#core.recovered('stream');
+  }
+
   async #close(): Promise<void> {
     const o = this.#o;
     clearTimeout(this.#reopen);
@@ -287,6 +329,7 @@ export class PubSubConsumer implements Consumer, HealthSource {
     }
     const sub = this.#subscription;
     this.#subscription = null;
+    this.#streamDown = false;
     // Flushes the acks and nacks sent so far, then ends the stream.
     await sub?.close().catch((err: unknown) => this.#core.failed('close', err));
     sub?.removeAllListeners();
