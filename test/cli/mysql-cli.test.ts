@@ -161,7 +161,7 @@ describe('txbox CLI on MySQL/MariaDB', { concurrency: true, timeout: 120_000 }, 
       );
       try {
         await waitFor('the ready line', () => /txbox relay ready: relay=relay-mysql-e2e buckets=\d+ transport=http/.test(relay.stdout()), 30_000);
-        assert.match(relay.stderr(), /idle relays wake by polling/, 'the startup log says it polls');
+        assert.match(relay.stderr(), /"msg":"txbox relay: MySQL store: idle relays wake by polling[^"]*","store":"mysql","pollIntervalMs":100/, 'the startup log says it polls');
         await waitFor('the first events delivered', () => early.every((id) => receiver.arrivals.some((a) => a.id === id)), 30_000);
         // Written after the relay started: found by polling.
         const late = await enqueue(table, events(Shipped, 3, 100));

@@ -43,8 +43,6 @@ export interface CliBackend {
   readonly store: StoreKind;
   /** The outbox table as SQL names it ("txbox"."outbox", `outbox`), for messages. */
   readonly outbox: string;
-  /** How an idle relay of this store is woken, for the relay's startup log. */
-  readonly wakeMode: string;
   /** PostgreSQL's connection and names, for its own parts (WAL, dashboard); undefined on MySQL. */
   readonly postgres: OpenDatabase | undefined;
   /** Applies the migrations not yet applied; returns their names. */
@@ -73,6 +71,12 @@ export async function openBackend(config: CliConfig, logger: Logger, requireSche
   if (storeOf(config.databaseUrl) === 'mysql') {
     const { openMysqlBackend } = await importOptional('txbox on MySQL', () => import('./mysql-backend.ts'));
     return openMysqlBackend(config, requireSchema);
+  }
+  const url = config.databaseUrl;
+  if (url !== undefined && !/^postgres(ql)?:\/\//.test(url) && /^[a-z][a-z0-9+.-]*:\/\//i.test(url)) {
+    throw new CliError(
+      `${config.sources.databaseUrl}: must be a postgres:// or postgresql:// URL (PostgreSQL) or a mysql:// or mariadb:// URL (MySQL, MariaDB), e.g. postgres://user@127.0.0.1:5432/app or mysql://user@127.0.0.1:3306/app`,
+    );
   }
   const { openPostgresBackend } = await import('./postgres-backend.ts');
   return openPostgresBackend(config, logger, requireSchema, applicationName);

@@ -69,7 +69,6 @@ function backend(connection: MysqlConnection, n: MysqlNames, config: CliConfig):
   return {
     store: 'mysql',
     outbox: n.outbox,
-    wakeMode: 'polling (MySQL has no LISTEN/NOTIFY)',
     postgres: undefined,
     migrate: () => migrateMysql(connection, n),
     relayStore: () => new MysqlRelayStore({ connection, table: config.table }),

@@ -17,7 +17,6 @@ export async function openPostgresBackend(config: CliConfig, logger: Logger, req
   return {
     store: 'postgres',
     outbox: db.names.outbox,
-    wakeMode: 'LISTEN/NOTIFY and polling',
     postgres: db,
     migrate: () => migratePostgres(db.connection, db.names),
     relayStore: ({ deleteOnPublish, wake, logger: log }) => new PostgresRelayStore({ ...names, connection: db.connection, deleteOnPublish, wake, logger: log }),

@@ -94,7 +94,8 @@ ${METRICS_HELP}`,
     const backend = await openBackend(config, logger, true, /^[\w.:@-]{1,120}$/.test(relayId) ? `txbox relay ${relayId}` : 'txbox relay');
     const db = backend.postgres;
     const r = config.relay;
-    if (db === undefined) logger.info({ store: backend.store, wake: 'polling', pollIntervalMs: r.pollIntervalMs ?? 1000 }, `txbox relay: ${backend.store} store; idle relays wake by ${backend.wakeMode}`);
+    // MySQL has no LISTEN/NOTIFY: said once at start, so that nobody waits for a wake-up that never comes.
+    if (db === undefined) logger.info({ store: backend.store, pollIntervalMs: r.pollIntervalMs ?? 1000 }, 'txbox relay: MySQL store: idle relays wake by polling (no LISTEN/NOTIFY on MySQL)');
     if (r.wake === 'wal' && db !== undefined) {
       // Said once at start, in the operator's terms; the store then falls back to notify and polling.
       const problems = await walProblems(db.connection).catch((err: Error) => [`could not check: ${err.message}`]);
