@@ -11,7 +11,6 @@ import type { Logger } from '../../core/logger.ts';
 import type { RelayStore } from '../../core/ports.ts';
 import type { CliConfig } from '../config.ts';
 import { CliError } from '../cli-error.ts';
-import { importOptional } from '../optional-import.ts';
 import type { OpenDatabase } from '../database.ts';
 import type { DestinationCircuit, OutboxStatus, ParkedEvent, ParkedSelector, ReplayFilter } from '../../stores/postgres/postgres-admin.ts';
 import type { WalSlotStatus } from '../../stores/postgres/postgres-wal.ts';
@@ -69,7 +68,7 @@ export function storeOf(url: string | undefined): StoreKind {
  */
 export async function openBackend(config: CliConfig, logger: Logger, requireSchema: boolean, applicationName: string): Promise<CliBackend> {
   if (storeOf(config.databaseUrl) === 'mysql') {
-    const { openMysqlBackend } = await importOptional('txbox on MySQL', () => import('./mysql-backend.ts'));
+    const { openMysqlBackend } = await import('./mysql-backend.ts');
     return openMysqlBackend(config, requireSchema);
   }
   const url = config.databaseUrl;

@@ -6,6 +6,7 @@
 import { ConfigError, SchemaError } from '../../core/errors.ts';
 import { CliError, EXIT, configMessage, redactUrl } from '../cli-error.ts';
 import type { CliConfig } from '../config.ts';
+import { importOptional } from '../optional-import.ts';
 import { MysqlAdmin } from '../../stores/mysql/mysql-admin.ts';
 import { mysqlConnection, type MysqlConnection } from '../../stores/mysql/mysql-connection.ts';
 import { assertMysqlMigrated, migrateMysql, printMysqlMigrations } from '../../stores/mysql/mysql-migrations.ts';
@@ -45,7 +46,8 @@ export async function openMysqlBackend(config: CliConfig, requireSchema: boolean
   if (parsed.pathname.replace(/^\//, '') === '') {
     throw new CliError(`${from}: ${redactUrl(url)} names no database; the txbox tables live in the URL's database: mysql://user@host:3306/DATABASE`);
   }
-  const connection = await mysqlConnection({ uri: driverUri(url), maxConnections: 6 });
+  // mysql2 is loaded here, by the first MySQL URL: a missing package is named with the command that installs it.
+  const connection = await importOptional('txbox on MySQL', () => mysqlConnection({ uri: driverUri(url), maxConnections: 6 }));
   try {
     await connection.query('SELECT 1');
   } catch (err) {
