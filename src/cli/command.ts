@@ -34,9 +34,10 @@ export const GLOBAL_OPTIONS = {
 } as const satisfies NonNullable<ParseArgsConfig['options']>;
 
 export const GLOBAL_HELP = `Global options:
-  --database-url URL   PostgreSQL URL (or TXBOX_DATABASE_URL)
-  --schema NAME        schema of the txbox tables (default txbox)
-  --table NAME         outbox table (default outbox)
+  --database-url URL   postgres:// (PostgreSQL) or mysql:// / mariadb:// (MySQL, MariaDB:
+                       migrate, relay, status, parked, replay) URL (or TXBOX_DATABASE_URL)
+  --schema NAME        schema of the txbox tables (default txbox; PostgreSQL only)
+  --table NAME         outbox table (default outbox; on MySQL the tables' name prefix)
   --config FILE        JSON config file (default ./txbox.config.json if present)
   --log-level LEVEL    debug | info | warn | error | silent (default info)
   -h, --help           show help`;

@@ -74,8 +74,9 @@ const ENV = {
 } as const;
 
 export const ENV_HELP = `Environment:
-  TXBOX_DATABASE_URL     PostgreSQL URL (postgres://user@host:5432/db)
-  TXBOX_SCHEMA           schema of the txbox tables (default txbox)
+  TXBOX_DATABASE_URL     PostgreSQL URL (postgres://user@host:5432/db), or MySQL/MariaDB
+                         (mysql://user@host:3306/db) for migrate, relay, status, parked, replay
+  TXBOX_SCHEMA           schema of the txbox tables (default txbox; PostgreSQL only)
   TXBOX_TABLE            outbox table name (default outbox)
   TXBOX_CONFIG           path of a JSON config file (default ./txbox.config.json if present)
   TXBOX_TRANSPORT        transport type: http, kafka, rabbitmq, nats, redis, pubsub, sqs, sns

@@ -7,6 +7,7 @@ import type { PostgresConnection } from '../stores/postgres/postgres-connection.
 import { assertMigrated } from '../stores/postgres/postgres-migrations.ts';
 import { postgresNames, type PostgresNames } from '../stores/postgres/postgres-sql.ts';
 import { ConfigError } from '../core/errors.ts';
+import { storeOf } from './backends/backend.ts';
 
 export interface OpenDatabase {
   readonly connection: PostgresConnection;
@@ -20,6 +21,9 @@ export interface OpenDatabase {
  * sets its own application_name.
  */
 export async function openDatabase(config: CliConfig, logger: Logger, requireSchema = true, applicationName = 'txbox'): Promise<OpenDatabase> {
+  if (storeOf(config.databaseUrl) === 'mysql') {
+    throw new CliError(`${config.sources.databaseUrl ?? 'the database URL'} is a MySQL URL: this command runs on PostgreSQL only (on MySQL and MariaDB: migrate, relay, status, parked and replay)`);
+  }
   let names: PostgresNames;
   try {
     names = postgresNames({ schema: config.schema, table: config.table });

@@ -1,9 +1,6 @@
-import { CliError, configMessage } from '../cli-error.ts';
+import { CliError } from '../cli-error.ts';
 import type { Command } from '../command.ts';
-import { openDatabase } from '../database.ts';
-import { migratePostgres, printMigrations } from '../../stores/postgres/postgres-migrations.ts';
-import { postgresNames } from '../../stores/postgres/postgres-sql.ts';
-import { ConfigError } from '../../core/errors.ts';
+import { openBackend, printMigrationsFor, refusePostgresOnly } from '../backends/backend.ts';
 import { ensurePublication, walNames, walProblems } from '../../stores/postgres/postgres-wal.ts';
 
 export const migrateCommand: Command = {
@@ -12,33 +9,33 @@ export const migrateCommand: Command = {
   help: `Usage: txbox migrate [--print] [--wake wal]
 
 Applies the numbered migrations in one transaction under an advisory lock:
-two deploys migrating at once apply each migration exactly once.
+two deploys migrating at once apply each migration exactly once. On MySQL
+and MariaDB (a mysql:// or mariadb:// database URL) they run under GET_LOCK,
+statement by statement (MySQL commits DDL on its own), in the URL's database.
 
 Options:
   --print   write the SQL to stdout instead, for your own migration tool
-            (needs no database)
+            (needs no database; a mysql:// or mariadb:// --database-url
+            prints MySQL's)
   --wake wal  also prepare the WAL wake mode (txbox relay --wake wal): create
             the outbox's publication (inserts only), then check wal_level, the
             REPLICATION attribute and free slots, and say what is missing
-            (exit code 1 if anything is)`,
+            (exit code 1 if anything is; PostgreSQL only)`,
   options: { print: { type: 'boolean' }, wake: { type: 'string' } },
   async run({ flags, config, logger, out }) {
+    refusePostgresOnly(config, ['schema', 'wake']);
     if (flags.print) {
-      try {
-        out(printMigrations(postgresNames({ schema: config.schema, table: config.table })));
-      } catch (err) {
-        if (err instanceof ConfigError) throw new CliError(configMessage(err, config.sources));
-        throw err;
-      }
+      out(await printMigrationsFor(config));
       return 0;
     }
     const wake = flags.wake;
     if (wake !== undefined && wake !== 'wal' && wake !== 'notify') throw new CliError(`--wake ${String(wake)}: choose wal (prepare the WAL wake mode) or notify (nothing to prepare)`);
-    const db = await openDatabase(config, logger, false, 'txbox migrate');
+    const backend = await openBackend(config, logger, false, 'txbox migrate');
     try {
-      const applied = await migratePostgres(db.connection, db.names);
-      out(applied.length ? `applied ${applied.join(', ')} to ${db.names.outbox}` : `${db.names.outbox} is up to date`);
-      if (wake !== 'wal') return 0;
+      const applied = await backend.migrate();
+      out(applied.length ? `applied ${applied.join(', ')} to ${backend.outbox}` : `${backend.outbox} is up to date`);
+      const db = backend.postgres;
+      if (wake !== 'wal' || db === undefined) return 0;
       const created = await ensurePublication(db.connection, db.names);
       out(`publication "${walNames(db.names).publication}" ${created ? 'created' : 'exists'} (inserts into ${db.names.outbox})`);
       const problems = await walProblems(db.connection);
@@ -46,7 +43,7 @@ Options:
       if (problems.length === 0) out('WAL wake mode: ready (txbox relay --wake wal)');
       return problems.length === 0 ? 0 : 1;
     } finally {
-      await db.connection.close();
+      await backend.close();
     }
   },
 };

@@ -1,8 +1,8 @@
 import { userInfo } from 'node:os';
 import { CliError } from '../cli-error.ts';
 import type { Command } from '../command.ts';
-import { openDatabase } from '../database.ts';
-import { PostgresAdmin, type ParkedSelector } from '../../stores/postgres/postgres-admin.ts';
+import { openBackend, refusePostgresOnly } from '../backends/backend.ts';
+import type { ParkedSelector } from '../../stores/postgres/postgres-admin.ts';
 import { isUuid } from '../../core/uuid.ts';
 
 export const parkedCommand: Command = {
@@ -16,7 +16,9 @@ export const parkedCommand: Command = {
 retry    makes the events pending again with a fresh attempt count
 skip     marks them skipped: never published, no longer holding their key
 discard  deletes them
-Every change is written to the audit table with the actor (default: OS user).`,
+Every change is written to the audit table with the actor (default: OS user).
+On MySQL, which records no park time, list shows each event's occurredAt
+(occurred=...) instead of parked=..., and --json has "parkedAt": null.`,
   positionals: ['ACTION'],
   options: {
     destination: { type: 'string' },
@@ -43,16 +45,18 @@ Every change is written to the audit table with the actor (default: OS user).`,
     }
     const limit = flags.limit === undefined ? 100 : Number(flags.limit);
     if (!Number.isSafeInteger(limit) || limit <= 0) throw new CliError(`--limit ${String(flags.limit)}: must be a positive whole number, e.g. --limit 50`);
-    const db = await openDatabase(config, logger, true, 'txbox parked');
+    refusePostgresOnly(config, ['schema']);
+    const backend = await openBackend(config, logger, true, 'txbox parked');
     try {
-      const admin = new PostgresAdmin(db.connection, { schema: config.schema, table: config.table });
+      const admin = backend.admin();
       if (action === 'list') {
         const rows = await admin.listParked({ ...(destination ? { destination } : {}), limit });
         if (flags.json) out(JSON.stringify(rows, null, 2));
         else if (rows.length === 0) out('no parked events');
         else {
           for (const r of rows) {
-            out(`${r.id}  ${r.type}  dest=${r.destination}  key=${r.key}  attempts=${r.attempts}  parked=${r.parkedAt.toISOString()}\n    ${r.lastError ?? ''}`);
+            const when = r.parkedAt !== null ? `parked=${r.parkedAt.toISOString()}` : `occurred=${r.occurredAt.toISOString()}`;
+            out(`${r.id}  ${r.type}  dest=${r.destination}  key=${r.key}  attempts=${r.attempts}  ${when}\n    ${r.lastError ?? ''}`);
           }
         }
         return 0;
@@ -71,7 +75,7 @@ Every change is written to the audit table with the actor (default: OS user).`,
       }
       return 0;
     } finally {
-      await db.connection.close();
+      await backend.close();
     }
   },
 };

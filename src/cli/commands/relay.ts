@@ -1,12 +1,11 @@
 import type { Command } from '../command.ts';
-import { openDatabase } from '../database.ts';
+import { openBackend, refusePostgresOnly } from '../backends/backend.ts';
 import { createTransport } from '../transports.ts';
 import { CliError, configMessage } from '../cli-error.ts';
 import { ConfigError } from '../../core/errors.ts';
 import { parseDuration } from '../../core/duration.ts';
 import { createRelay } from '../../relay/relay.ts';
 import { defaultRelayId } from '../../relay/relay-options.ts';
-import { PostgresRelayStore } from '../../stores/postgres/postgres-relay-store.ts';
 import { walProblems } from '../../stores/postgres/postgres-wal.ts';
 import { prepareMetrics, startMetricsServer, METRICS_HELP, METRICS_OPTIONS, metricsFlags } from '../metrics-server.ts';
 
@@ -26,6 +25,10 @@ Once connected and holding its first leases it prints one line on stdout:
   txbox relay ready: relay=<id> buckets=<n> transport=<type>
 Its database connections show as "txbox relay <id>" in pg_stat_activity
 (unless the database URL sets application_name).
+
+On MySQL or MariaDB (a mysql:// or mariadb:// database URL) it wakes by
+polling (--poll-interval-ms; MySQL has no LISTEN/NOTIFY); --wake, --schema
+and --delete-on-publish are PostgreSQL's and are refused there.
 
 Options:
   --transport TYPE          http, kafka, rabbitmq, nats or redis
@@ -81,15 +84,19 @@ ${METRICS_HELP}`,
     ...METRICS_OPTIONS,
   },
   async run({ flags, config, logger, signal, out }) {
+    refusePostgresOnly(config, ['schema', 'wake', 'deleteOnPublish']);
     const served = metricsFlags(flags);
     const metrics = served ? await prepareMetrics() : undefined;
     const transport = await createTransport(config.transport, logger);
     // Named before the database opens: its connections carry `txbox relay <relay id>` in pg_stat_activity.
     const relayId = typeof flags['relay-id'] === 'string' ? flags['relay-id'] : defaultRelayId();
     // A bad id is reported by createRelay below, naming --relay-id; the connections then just say `txbox relay`.
-    const db = await openDatabase(config, logger, true, /^[\w.:@-]{1,120}$/.test(relayId) ? `txbox relay ${relayId}` : 'txbox relay');
+    const backend = await openBackend(config, logger, true, /^[\w.:@-]{1,120}$/.test(relayId) ? `txbox relay ${relayId}` : 'txbox relay');
+    const db = backend.postgres;
     const r = config.relay;
-    if (r.wake === 'wal') {
+    // MySQL has no LISTEN/NOTIFY: said once at start, so that nobody waits for a wake-up that never comes.
+    if (db === undefined) logger.info({ store: backend.store, pollIntervalMs: r.pollIntervalMs ?? 1000 }, 'txbox relay: MySQL store: idle relays wake by polling (no LISTEN/NOTIFY on MySQL)');
+    if (r.wake === 'wal' && db !== undefined) {
       // Said once at start, in the operator's terms; the store then falls back to notify and polling.
       const problems = await walProblems(db.connection).catch((err: Error) => [`could not check: ${err.message}`]);
       for (const p of problems) logger.warn({ problem: p }, 'txbox relay: --wake wal is not available; waking by LISTEN/NOTIFY and polling instead');
@@ -97,14 +104,7 @@ ${METRICS_HELP}`,
     let relay;
     try {
       relay = createRelay({
-        store: new PostgresRelayStore({
-          schema: config.schema,
-          table: config.table,
-          connection: db.connection,
-          deleteOnPublish: r.deleteOnPublish ?? false,
-          wake: r.wake ?? 'notify',
-          logger,
-        }),
+        store: backend.relayStore({ deleteOnPublish: r.deleteOnPublish ?? false, wake: r.wake ?? 'notify', logger }),
         transport,
         logger,
         relayId,
@@ -120,7 +120,7 @@ ${METRICS_HELP}`,
         ...(metrics ? { metrics: metrics.metrics } : {}),
       });
     } catch (err) {
-      await db.connection.close();
+      await backend.close();
       if (err instanceof ConfigError) throw new CliError(configMessage(err, config.sources));
       throw err;
     }
@@ -128,7 +128,7 @@ ${METRICS_HELP}`,
       await relay.start();
     } catch (err) {
       await relay.stop().catch(() => {});
-      await db.connection.close();
+      await backend.close();
       if (err instanceof ConfigError) throw new CliError(`transport.${err.field}: ${err.message.slice(err.field.length + 2)}`);
       throw err;
     }
@@ -137,7 +137,7 @@ ${METRICS_HELP}`,
       server = served && metrics ? await startMetricsServer(served, metrics, { relay }, logger) : undefined;
     } catch (err) {
       await relay.stop().catch(() => {});
-      await db.connection.close();
+      await backend.close();
       throw err;
     }
     // One line on stdout when ready (leases taken, transport connected): scripts wait for it instead of sleeping.
@@ -147,7 +147,7 @@ ${METRICS_HELP}`,
     logger.info({ relayId: relay.relayId }, 'txbox relay: stopping (signal received)');
     await relay.stop();
     await server?.close();
-    await db.connection.close();
+    await backend.close();
     return 0;
   },
 };

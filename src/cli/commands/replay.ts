@@ -1,9 +1,9 @@
 import { userInfo } from 'node:os';
 import { CliError } from '../cli-error.ts';
 import type { Command } from '../command.ts';
-import { openDatabase } from '../database.ts';
+import { openBackend, refusePostgresOnly } from '../backends/backend.ts';
 import { Progress, fmt } from '../progress.ts';
-import { PostgresAdmin, type ReplayFilter } from '../../stores/postgres/postgres-admin.ts';
+import type { ReplayFilter } from '../../stores/postgres/postgres-admin.ts';
 
 export const replayCommand: Command = {
   name: 'replay',
@@ -36,17 +36,18 @@ is required. TIME is ISO 8601 (2026-11-22T10:00:00Z); --from is inclusive,
     }
     for (const f of ['key', 'type', 'destination'] as const) if (typeof flags[f] === 'string') filter[f] = flags[f] as string;
     if (Object.keys(filter).length === 0) throw new CliError('replay: give at least one filter (--from, --to, --key, --type or --destination)');
-    const db = await openDatabase(config, logger, true, 'txbox replay');
+    refusePostgresOnly(config, ['schema']);
+    const backend = await openBackend(config, logger, true, 'txbox replay');
     const progress = new Progress();
     try {
-      const admin = new PostgresAdmin(db.connection, { schema: config.schema, table: config.table });
+      const admin = backend.admin();
       const actor = typeof flags.actor === 'string' ? flags.actor : userInfo().username;
       const { replayId, copied } = await admin.replay(filter, actor, (n) => progress.update(`replay: ${fmt(n)} events queued`));
       progress.done();
       out(`replay ${replayId}: ${fmt(copied)} event(s) queued for publishing`);
       return 0;
     } finally {
-      await db.connection.close();
+      await backend.close();
     }
   },
 };

@@ -1,9 +1,9 @@
 import type { Command } from '../command.ts';
-import { openDatabase } from '../database.ts';
+import { openBackend, refusePostgresOnly, type StatusReport } from '../backends/backend.ts';
 import { fmt } from '../progress.ts';
 import { renderSlots } from './wal.ts';
-import { walSlots } from '../../stores/postgres/postgres-wal.ts';
-import { PostgresAdmin, type DestinationCircuit, type DestinationStatus, type OutboxStatus, type RelayStatus } from '../../stores/postgres/postgres-admin.ts';
+import type { DestinationCircuit, DestinationStatus, OutboxStatus, RelayStatus } from '../../stores/postgres/postgres-admin.ts';
+import type { MysqlOutboxStatus } from '../../stores/mysql/mysql-admin.ts';
 
 export const statusCommand: Command = {
   name: 'status',
@@ -21,27 +21,34 @@ cleanly. Expired and left relays stay listed for 24 hours. "in flight" sums
 alive relays only. Relays in the WAL wake mode add their replication slots
 with their lag (the WAL each keeps, and when its relay last confirmed).
 
+On MySQL or MariaDB (a mysql:// or mariadb:// database URL) it shows the
+same backlog, parked and relay sections; the oldest pending age is by the
+events' occurredAt, the table line has MySQL's size and row estimate, and
+there are no WAL slots. Relays on MySQL do not record their circuits, so
+destinations down are not shown there.
+
 Exit code 0 when the database answered, whatever the backlog.`,
   options: { json: { type: 'boolean' } },
   async run({ flags, config, logger, out }) {
-    const db = await openDatabase(config, logger, true, 'txbox status');
+    refusePostgresOnly(config, ['schema']);
+    const backend = await openBackend(config, logger, true, 'txbox status');
     try {
-      const admin = new PostgresAdmin(db.connection, { schema: config.schema, table: config.table });
-      const status = await admin.status();
-      const circuits = await admin.circuits();
-      // Slots are listed only for databases that have them (pg_replication_slots is readable by all).
-      const slots = await walSlots(db.connection, db.names).catch(() => []);
-      out(
-        flags.json
-          ? JSON.stringify({ ...status, circuits, slots }, null, 2)
-          : `${renderStatus(db.names.outbox, status)}\n${renderCircuits(circuits)}${slots.length > 0 ? `\n${renderSlots(slots)}` : ''}`,
-      );
+      out(renderReport(backend.outbox, await backend.status(), flags.json === true));
       return 0;
     } finally {
-      await db.connection.close();
+      await backend.close();
     }
   },
 };
+
+/** The status as text or JSON: PostgreSQL's with circuits and WAL slots; MySQL's without them (it records neither). */
+export function renderReport(table: string, report: StatusReport, json: boolean): string {
+  if (report.store === 'mysql') return json ? JSON.stringify(report.status, null, 2) : renderStatus(table, report.status);
+  const { status, circuits, slots } = report;
+  return json
+    ? JSON.stringify({ ...status, circuits, slots }, null, 2)
+    : `${renderStatus(table, status)}\n${renderCircuits(circuits)}${slots.length > 0 ? `\n${renderSlots(slots)}` : ''}`;
+}
 
 function age(seconds: number | null): string {
   if (seconds === null) return '-';
@@ -51,11 +58,11 @@ function age(seconds: number | null): string {
 }
 
 /** The text status: one function per section, joined by blank lines. */
-export function renderStatus(table: string, s: OutboxStatus): string {
+export function renderStatus(table: string, s: OutboxStatus | MysqlOutboxStatus): string {
   return [`outbox ${table}`, renderTotals(s), renderDestinations(s.destinations), renderRelays(s.relays), renderTable(s.table)].join('\n\n');
 }
 
-function renderTotals(s: OutboxStatus): string {
+function renderTotals(s: OutboxStatus | MysqlOutboxStatus): string {
   const pending = s.destinations.reduce((a, d) => a + d.pending, 0);
   const parked = s.destinations.reduce((a, d) => a + d.parked, 0);
   return `pending ${fmt(pending)}   in flight ${fmt(s.inFlight)}   parked ${fmt(parked)}   published last minute ${fmt(s.publishedLastMinute)}`;
@@ -85,7 +92,8 @@ function renderRelays(relays: readonly RelayStatus[]): string {
   return lines.join('\n');
 }
 
-function renderTable(t: OutboxStatus['table']): string {
+function renderTable(t: OutboxStatus['table'] | MysqlOutboxStatus['table']): string {
+  if ('approxRows' in t) return `table: ${(t.totalBytes / 1048576).toFixed(1)} MiB with indexes, ~${fmt(t.approxRows)} rows (InnoDB's estimate)`;
   const deadShare = t.liveRows + t.deadRows > 0 ? (100 * t.deadRows) / (t.liveRows + t.deadRows) : 0;
   return `table: ${(t.totalBytes / 1048576).toFixed(1)} MiB with indexes, ~${fmt(t.liveRows)} live rows, ~${fmt(t.deadRows)} dead (${deadShare.toFixed(0)}%), last autovacuum ${t.lastAutovacuum ? t.lastAutovacuum.toISOString() : 'never'}`;
 }

@@ -63,3 +63,22 @@ export async function migrateMysql(connection: MysqlConnection, n: MysqlNames, l
     }
   });
 }
+
+/** ER_NO_SUCH_TABLE. */
+const NO_SUCH_TABLE = 1146;
+
+/**
+ * Throws a SchemaError naming the fix when the tables of `n` do not exist or
+ * miss a migration of this version. Changes nothing.
+ */
+export async function assertMysqlMigrated(connection: MysqlConnection, n: MysqlNames, migrations = mysqlMigrations()): Promise<void> {
+  let done: Set<string>;
+  try {
+    done = new Set((await connection.query<{ name: string }>(`SELECT name FROM ${n.migrations}`)).map((r) => r.name));
+  } catch (err) {
+    if ((err as { errno?: number }).errno !== NO_SUCH_TABLE) throw err;
+    throw new SchemaError(`the txbox tables ${n.outbox} do not exist yet; run \`txbox migrate\` (or apply \`txbox migrate --print\`) first`, { cause: err });
+  }
+  const missing = migrations.filter((m) => !done.has(m.name)).map((m) => m.name);
+  if (missing.length > 0) throw new SchemaError(`the txbox tables ${n.outbox} are behind this version (missing ${missing.join(', ')}); run \`txbox migrate\``);
+}

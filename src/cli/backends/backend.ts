@@ -1,0 +1,112 @@
+/**
+ * The CLI's store seam: `txbox migrate`, `relay`, `status`, `parked` and
+ * `replay` talk to one backend per store, chosen by the database URL's
+ * scheme (postgres:// or postgresql://: PostgreSQL; mysql:// or mariadb://:
+ * MySQL and MariaDB). Each backend opens and checks its connection with the
+ * same messages and exit codes, migrates, builds the relay store, answers
+ * status and runs the parked and replay actions. PostgreSQL-only parts (WAL,
+ * schemas, circuits) stay in the commands, behind `backend.postgres`.
+ */
+import type { Logger } from '../../core/logger.ts';
+import type { RelayStore } from '../../core/ports.ts';
+import type { CliConfig } from '../config.ts';
+import { CliError } from '../cli-error.ts';
+import type { OpenDatabase } from '../database.ts';
+import type { DestinationCircuit, OutboxStatus, ParkedEvent, ParkedSelector, ReplayFilter } from '../../stores/postgres/postgres-admin.ts';
+import type { WalSlotStatus } from '../../stores/postgres/postgres-wal.ts';
+import type { MysqlOutboxStatus, MysqlParkedEvent } from '../../stores/mysql/mysql-admin.ts';
+
+export type StoreKind = 'postgres' | 'mysql';
+
+/** What `txbox status` shows: PostgreSQL adds circuits and WAL slots; MySQL records neither. */
+export type StatusReport =
+  | { readonly store: 'postgres'; readonly status: OutboxStatus; readonly circuits: DestinationCircuit[]; readonly slots: WalSlotStatus[] }
+  | { readonly store: 'mysql'; readonly status: MysqlOutboxStatus };
+
+/** Parked events and replay, on either store. */
+export interface CliAdmin {
+  listParked(options: { destination?: string; limit: number }): Promise<(ParkedEvent | MysqlParkedEvent)[]>;
+  retryParked(selector: ParkedSelector, actor: string): Promise<string[]>;
+  skipParked(selector: ParkedSelector, actor: string): Promise<string[]>;
+  discardParked(selector: ParkedSelector, actor: string): Promise<string[]>;
+  replay(filter: ReplayFilter, actor: string, onProgress: (copied: number) => void): Promise<{ replayId: string; copied: number }>;
+}
+
+export interface RelayStoreSettings {
+  readonly deleteOnPublish: boolean;
+  readonly wake: 'notify' | 'wal';
+  readonly logger: Logger;
+}
+
+export interface CliBackend {
+  readonly store: StoreKind;
+  /** The outbox table as SQL names it ("txbox"."outbox", `outbox`), for messages. */
+  readonly outbox: string;
+  /** PostgreSQL's connection and names, for its own parts (WAL, dashboard); undefined on MySQL. */
+  readonly postgres: OpenDatabase | undefined;
+  /** Applies the migrations not yet applied; returns their names. */
+  migrate(): Promise<string[]>;
+  relayStore(settings: RelayStoreSettings): RelayStore;
+  status(): Promise<StatusReport>;
+  admin(): CliAdmin;
+  close(): Promise<void>;
+}
+
+const MYSQL_SCHEMES = new Set(['mysql:', 'mariadb:']);
+
+/** The store a database URL names by its scheme: mysql:// and mariadb:// are MySQL, anything else PostgreSQL (as before). */
+export function storeOf(url: string | undefined): StoreKind {
+  if (url === undefined) return 'postgres';
+  const scheme = /^([a-z][a-z0-9+.-]*:)/i.exec(url.trim())?.[1]?.toLowerCase();
+  return scheme !== undefined && MYSQL_SCHEMES.has(scheme) ? 'mysql' : 'postgres';
+}
+
+/**
+ * Opens the configured database's backend and checks that it answers (and,
+ * with `requireSchema`, that it is migrated). `applicationName` names the
+ * connections where the store can (pg_stat_activity on PostgreSQL).
+ */
+export async function openBackend(config: CliConfig, logger: Logger, requireSchema: boolean, applicationName: string): Promise<CliBackend> {
+  if (storeOf(config.databaseUrl) === 'mysql') {
+    const { openMysqlBackend } = await import('./mysql-backend.ts');
+    return openMysqlBackend(config, requireSchema);
+  }
+  const url = config.databaseUrl;
+  if (url !== undefined && !/^postgres(ql)?:\/\//.test(url) && /^[a-z][a-z0-9+.-]*:\/\//i.test(url)) {
+    throw new CliError(
+      `${config.sources.databaseUrl}: must be a postgres:// or postgresql:// URL (PostgreSQL) or a mysql:// or mariadb:// URL (MySQL, MariaDB), e.g. postgres://user@127.0.0.1:5432/app or mysql://user@127.0.0.1:3306/app`,
+    );
+  }
+  const { openPostgresBackend } = await import('./postgres-backend.ts');
+  return openPostgresBackend(config, logger, requireSchema, applicationName);
+}
+
+/** The SQL of `txbox migrate --print` for the configured store (no connection). */
+export async function printMigrationsFor(config: CliConfig): Promise<string> {
+  if (storeOf(config.databaseUrl) === 'mysql') {
+    const { printMysql } = await import('./mysql-backend.ts');
+    return printMysql(config);
+  }
+  const { printPostgres } = await import('./postgres-backend.ts');
+  return printPostgres(config);
+}
+
+/**
+ * Refuses, on MySQL, a setting that only PostgreSQL has, naming where it
+ * was set (`--wake`, `TXBOX_SCHEMA`, the config file's field) and what to do.
+ */
+export function refusePostgresOnly(config: CliConfig, settings: readonly ('schema' | 'wake' | 'deleteOnPublish')[]): void {
+  if (storeOf(config.databaseUrl) !== 'mysql') return;
+  const s = config.sources;
+  for (const setting of settings) {
+    if (setting === 'schema' && s.schema !== undefined) {
+      throw new CliError(`${s.schema}: schemas are PostgreSQL's; on MySQL the tables live in the database the URL names (mysql://user@host:3306/DATABASE), and --table sets their name prefix`);
+    }
+    if (setting === 'wake' && s.wake !== undefined) {
+      throw new CliError(`${s.wake}: the wake modes (LISTEN/NOTIFY, WAL) are PostgreSQL's; a relay on MySQL wakes by polling (tune it with --poll-interval-ms)`);
+    }
+    if (setting === 'deleteOnPublish' && config.relay.deleteOnPublish) {
+      throw new CliError(`--delete-on-publish (or relay.deleteOnPublish in the config file): not supported on MySQL yet; published rows are kept and removed by retention (--keep-published, e.g. 1h)`);
+    }
+  }
+}
