@@ -8,6 +8,7 @@ import mysql from 'mysql2/promise';
 import type { StoreConformanceNamespace } from 'txbox/testing/conformance';
 import {
   MysqlAdmin,
+  MysqlInboxAdmin,
   MysqlInboxStore,
   MysqlOutboxStore,
   MysqlRelayStore,
@@ -35,6 +36,7 @@ export async function openMysqlNamespace(helper: string): Promise<StoreConforman
   await pool.query('CREATE TABLE effects (note VARCHAR(200) NOT NULL) ENGINE = InnoDB');
   await pool.query('CREATE TABLE stock_view (id VARCHAR(100) NOT NULL PRIMARY KEY, quantity INT NOT NULL, version BIGINT NOT NULL) ENGINE = InnoDB');
   const admin = new MysqlAdmin(connection);
+  const inboxAdmin = new MysqlInboxAdmin(connection);
   const open: mysql.PoolConnection[] = [];
   return {
     outboxStore: new MysqlOutboxStore(),
@@ -78,6 +80,8 @@ export async function openMysqlNamespace(helper: string): Promise<StoreConforman
       const [rows] = (await pool.query('SELECT quantity, version FROM stock_view WHERE id = ?', [id])) as unknown as [{ quantity: number; version: string }[]];
       return rows[0] ? { quantity: Number(rows[0].quantity), version: Number(rows[0].version) } : null;
     },
+    listDead: async (consumer) => (await inboxAdmin.listDead({ consumer })).map((d) => d.id),
+    retryDead: (consumer) => inboxAdmin.retryDead({ all: true, consumer }, 'conformance'),
     async close() {
       for (const c of open) c.release();
       await pool.end();
