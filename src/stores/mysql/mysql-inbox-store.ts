@@ -21,6 +21,22 @@ const MAX_CONSUMER_LENGTH = 200;
 
 /** Statuses a new delivery (or an operator retry) may run again. */
 const REOPENABLE = `status IN ('failed', 'retry', 'held')`;
+/** REOPENABLE, and the row met is the inserted event's own (VALUES(): MariaDB has no row alias; MySQL 8 accepts it with a deprecation note). */
+const OWN_REOPENABLE = `event_id = VALUES(event_id) AND ${REOPENABLE}`;
+
+/**
+ * ON DUPLICATE KEY UPDATE fires on any unique key, not only the primary key:
+ * an index a user added to the inbox table could send an event's insert to
+ * another event's row. The updates are guarded by `event_id` so that no other
+ * row changes, and an event left without a row of its own is refused with
+ * this error: ER_DUP_ENTRY (1062), a deterministic store error, so the inbox
+ * dead-letters it after a bounded number of tries instead of calling it a
+ * duplicate.
+ */
+function divertedError(table: string, id: string): Error {
+  const message = `the inbox row of event ${id} was not written: another unique key of ${table} matched it; an inbox table must have no unique key but its primary key`;
+  return Object.assign(new Error(message), { errno: 1062, sqlState: '23000', sqlMessage: message });
+}
 
 /** The event as JSON, without `payloadJson` (the payload is in it already, parsed). */
 function envelopeJson(e: OutboxEvent): string {
@@ -112,25 +128,32 @@ export class MysqlInboxStore implements InboxStore<MysqlExecutor> {
             `INSERT INTO ${t} (consumer, event_id, type, \`key\`, version, status, attempts, received_at, processed_at, claim)
              VALUES ${input.map(() => `(?, ?, ?, ?, ?, 'processed', 1, ${NOW}, ${NOW}, ?)`).join(', ')}
              ON DUPLICATE KEY UPDATE
-               attempts = IF(${REOPENABLE}, attempts + 1, attempts),
-               processed_at = IF(${REOPENABLE}, ${NOW}, processed_at),
-               last_error = IF(${REOPENABLE}, NULL, last_error),
-               envelope = IF(${REOPENABLE}, NULL, envelope),
-               claim = IF(${REOPENABLE}, ?, claim),
-               status = IF(${REOPENABLE}, 'processed', status)`,
+               attempts = IF(${OWN_REOPENABLE}, attempts + 1, attempts),
+               processed_at = IF(${OWN_REOPENABLE}, ${NOW}, processed_at),
+               last_error = IF(${OWN_REOPENABLE}, NULL, last_error),
+               envelope = IF(${OWN_REOPENABLE}, NULL, envelope),
+               claim = IF(${OWN_REOPENABLE}, ?, claim),
+               status = IF(${OWN_REOPENABLE}, 'processed', status)`,
             [...params, claim],
           );
         }
-        const rows =
+        // The rows of these ids: claimed now (claim = ours), or processed/dead before. has_held: the
+        // key has events waiting for a version gap (usually none: an index probe).
+        const found =
           input.length === 0
             ? []
-            : await rowsOf<{ event_id: string; key: string; has_held: number | string }>(
+            : await rowsOf<{ event_id: string; key: string; mine: number | string; has_held: number | string }>(
                 tx,
-                `SELECT c.event_id, c.\`key\`,
-                   EXISTS (SELECT 1 FROM ${t} h WHERE h.consumer = c.consumer AND h.\`key\` = c.\`key\` AND h.status = 'held') AS has_held
-                 FROM ${t} c WHERE c.consumer = ? AND c.event_id IN (${marks(input.length)}) AND c.claim = ?`,
-                [consumer, ...input.map((i) => i.id), claim],
+                `SELECT c.event_id, c.\`key\`, c.claim <=> ? AS mine,
+                   c.claim <=> ? AND EXISTS (SELECT 1 FROM ${t} h WHERE h.consumer = c.consumer AND h.\`key\` = c.\`key\` AND h.status = 'held') AS has_held
+                 FROM ${t} c WHERE c.consumer = ? AND c.event_id IN (${marks(input.length)})`,
+                [claim, claim, consumer, ...input.map((i) => i.id)],
               );
+        if (found.length < input.length) {
+          const present = new Set(found.map((r) => r.event_id));
+          throw divertedError(t, input.find((i) => !present.has(i.id))!.id);
+        }
+        const rows = found.filter((r) => Number(r.mine) === 1);
         const claimed = new Set(rows.map((r) => r.event_id));
         const heldKeys = [...new Set(rows.filter((r) => Number(r.has_held) === 1).map((r) => r.key))];
         const ran = events.map(() => false);
@@ -186,15 +209,21 @@ export class MysqlInboxStore implements InboxStore<MysqlExecutor> {
           `INSERT INTO ${t} (consumer, event_id, type, \`key\`, version, status, attempts, last_error, envelope, received_at, claim)
            VALUES (?, ?, ?, ?, ?, IF(? <= 1, 'dead', 'failed'), 1, ?, ?, ${NOW}, ?)
            ON DUPLICATE KEY UPDATE
-             last_error = IF(${REOPENABLE}, ?, last_error),
-             envelope = IF(${REOPENABLE}, ?, envelope),
-             claim = IF(${REOPENABLE}, ?, claim),
-             status = IF(${REOPENABLE}, IF(attempts + 1 >= ?, 'dead', 'failed'), status),
-             attempts = IF(claim = ?, attempts + 1, attempts)`,
+             last_error = IF(${OWN_REOPENABLE}, ?, last_error),
+             envelope = IF(${OWN_REOPENABLE}, ?, envelope),
+             claim = IF(${OWN_REOPENABLE}, ?, claim),
+             status = IF(${OWN_REOPENABLE}, IF(attempts + 1 >= ?, 'dead', 'failed'), status),
+             attempts = IF(claim <=> ?, attempts + 1, attempts)`,
           [consumer, id, event.type, event.key, event.version ?? null, maxAttempts, text, envelope, claim, text, envelope, claim, maxAttempts, claim],
         );
-        const [row] = await rowsOf<{ attempts: number | string; status: string }>(tx, `SELECT attempts, status FROM ${t} WHERE consumer = ? AND event_id = ? AND claim = ?`, [consumer, id, claim]);
-        return row ? { attempts: Number(row.attempts), dead: row.status === 'dead' } : { attempts: 0, dead: false };
+        const [row] = await rowsOf<{ attempts: number | string; status: string; mine: number | string }>(tx, `SELECT attempts, status, claim <=> ? AS mine FROM ${t} WHERE consumer = ? AND event_id = ?`, [
+          claim,
+          consumer,
+          id,
+        ]);
+        if (!row) throw divertedError(t, id);
+        // Not ours: processed or dead already (a redelivery raced this failure); nothing recorded.
+        return Number(row.mine) === 1 ? { attempts: Number(row.attempts), dead: row.status === 'dead' } : { attempts: 0, dead: false };
       }),
     );
   }
@@ -204,17 +233,22 @@ export class MysqlInboxStore implements InboxStore<MysqlExecutor> {
     const t = this.names.inbox;
     const text = storableText(reason);
     const envelope = envelopeJson(event);
+    const id = storedId(event.id);
     await deadlockRetry(() =>
-      this.#db.query(
-        `INSERT INTO ${t} (consumer, event_id, type, \`key\`, version, status, attempts, last_error, envelope, received_at, held_at)
-         VALUES (?, ?, ?, ?, ?, 'held', 0, ?, ?, ${NOW}, ${NOW})
-         ON DUPLICATE KEY UPDATE
-           last_error = IF(${REOPENABLE}, ?, last_error),
-           envelope = IF(${REOPENABLE}, ?, envelope),
-           held_at = IF(${REOPENABLE}, ${NOW}, held_at),
-           status = IF(${REOPENABLE}, 'held', status)`,
-        [consumer, storedId(event.id), event.type, event.key, event.version ?? null, text, envelope, text, envelope],
-      ),
+      this.#db.transaction(async (tx) => {
+        await tx.query(
+          `INSERT INTO ${t} (consumer, event_id, type, \`key\`, version, status, attempts, last_error, envelope, received_at, held_at)
+           VALUES (?, ?, ?, ?, ?, 'held', 0, ?, ?, ${NOW}, ${NOW})
+           ON DUPLICATE KEY UPDATE
+             last_error = IF(${OWN_REOPENABLE}, ?, last_error),
+             envelope = IF(${OWN_REOPENABLE}, ?, envelope),
+             held_at = IF(${OWN_REOPENABLE}, ${NOW}, held_at),
+             status = IF(${OWN_REOPENABLE}, 'held', status)`,
+          [consumer, id, event.type, event.key, event.version ?? null, text, envelope, text, envelope],
+        );
+        const [row] = await rowsOf<{ n: number }>(tx, `SELECT 1 AS n FROM ${t} WHERE consumer = ? AND event_id = ?`, [consumer, id]);
+        if (!row) throw divertedError(t, id);
+      }),
     );
   }
 
