@@ -24,4 +24,4 @@ export { Relay, createRelay, type RelayEvents } from './relay/relay.ts';
 export type { RelayOptions, ResolvedRelayOptions, RetentionOptions } from './relay/relay-options.ts';
 export type { RouteOptions } from './relay/routes.ts';
 export * from './inbox/index.ts';
-export type { InboxOutcome, InboxStore, Consumer } from './core/inbox-ports.ts';
+export type { InboxOutcome, InboxStore, InboxProcessor, Consumer } from './core/inbox-ports.ts';

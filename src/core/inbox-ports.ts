@@ -64,6 +64,15 @@ export interface RunBatchOptions {
 }
 
 /**
+ * What a consumer needs of an inbox (`createInbox(...)`): `process`. Any
+ * `Inbox<Tx>` fits whatever its store's transaction type (a PostgreSQL or a
+ * MySQL inbox), which `Inbox` itself, invariant in `Tx`, would not.
+ */
+export interface InboxProcessor {
+  process(event: OutboxEvent): Promise<InboxOutcome>;
+}
+
+/**
  * Receives events from a broker and hands each to an inbox (or, in worker
  * mode, an inbox queue), acking only after that committed. Per-key order is
  * kept while different keys are handled in parallel.

@@ -1,6 +1,6 @@
 /**
  * Tells a store error that the same input will always get (a value
- * PostgreSQL refuses, a constraint on txbox's own row) from an outage (the
+ * PostgreSQL or MySQL refuses, a constraint on txbox's own row) from an outage (the
  * connection refused or dropped, the server shutting down, a timeout, a
  * deadlock). Consumers retry an outage in place for as long as it lasts; a
  * deterministic error would wedge them, so the inbox dead-letters the event
@@ -12,7 +12,30 @@ const DETERMINISTIC_CLASSES = new Set(['22', '23']);
 /** Single codes of other classes that are deterministic too: program limit exceeded (54000: e.g. a value too large), statement too complex (54001). */
 const DETERMINISTIC_CODES = new Set(['54000', '54001']);
 
+/**
+ * MySQL / MariaDB server errors that depend on the data sent, matched on
+ * errno (mysql2's `code` names differ between servers and versions):
+ * duplicate entry (1062), column cannot be null (1048), out of range (1264,
+ * 1690), data truncated or too long (1265, 1406), incorrect value for the
+ * column's type, charset or date (1292, 1366, 1367, 1411), a foreign key
+ * (1451, 1452, 1216, 1217), a CHECK constraint (MariaDB 4025, MySQL 3819),
+ * invalid JSON (MySQL 3140, 3141, 3146), division by zero in strict mode
+ * (1365). Everything else (deadlock 1213, lock wait timeout 1205, server
+ * gone 2006/2013, too many connections 1040, shutdown 1053, killed 1927,
+ * a missing table 1146, connection errors) is an outage.
+ */
+const MYSQL_DETERMINISTIC_ERRNOS = new Set([1048, 1062, 1216, 1217, 1264, 1265, 1292, 1365, 1366, 1367, 1406, 1411, 1451, 1452, 1690, 3140, 3141, 3146, 3819, 4025]);
+
 export type StoreErrorKind = 'deterministic' | 'outage';
+
+/** The MySQL / MariaDB server errno in an error or its cause chain (an error with `errno` and mysql2's `sqlMessage`), or 0. */
+export function mysqlErrno(err: unknown): number {
+  for (let e: unknown = err, depth = 0; e !== null && typeof e === 'object' && depth < 8; e = (e as { cause?: unknown }).cause, depth++) {
+    const { errno, sqlMessage } = e as { errno?: unknown; sqlMessage?: unknown };
+    if (typeof errno === 'number' && errno > 0 && typeof sqlMessage === 'string') return errno;
+  }
+  return 0;
+}
 
 /** The SQLSTATE in an error or its cause chain, or ''. */
 export function sqlState(err: unknown): string {
@@ -30,18 +53,38 @@ export function sqlState(err: unknown): string {
  * else: connection errors (08xxx, ECONNREFUSED, terminated), admin shutdown
  * (57P01), cancelled or timed out (57014), serialization failures and
  * deadlocks (40xxx), a missing table (42P01: fix the migration, the event
- * is fine) and errors without a SQLSTATE.
+ * is fine) and errors without a SQLSTATE. MySQL / MariaDB errors are told
+ * by errno (MYSQL_DETERMINISTIC_ERRNOS).
  */
 export function classifyStoreError(err: unknown): StoreErrorKind {
+  const errno = mysqlErrno(err);
+  if (errno !== 0) return MYSQL_DETERMINISTIC_ERRNOS.has(errno) ? 'deterministic' : 'outage';
   const code = sqlState(err);
   if (code === '') return 'outage';
   return DETERMINISTIC_CLASSES.has(code.slice(0, 2)) || DETERMINISTIC_CODES.has(code) ? 'deterministic' : 'outage';
 }
 
-/** The error's message with its SQLSTATE, for a dead-letter reason (never a payload: PostgreSQL's data errors name the type, not the value, except 22P02 which quotes the bad input; cut to `max`). */
+/**
+ * MySQL's data errors quote the refused value (`Incorrect string value:
+ * '\xF0...' for column`, `Duplicate entry 'a-b' for key`, `Truncated
+ * incorrect DOUBLE value: 'x'`): the quoted text is replaced, so that no
+ * payload or key reaches a dead-letter reason or a log.
+ */
+export function scrubMysqlMessage(message: string): string {
+  // The value runs from the quote after "entry"/"value:" to the last quote before "for key|column" (or the end):
+  // greedy, so that a quote inside the value does not end it early.
+  const named = /^(.*?\b(?:entry|value:?)\s)'.*'(\s+for\s+(?:key|column)\b.*)$/s.exec(message);
+  if (named) return `${named[1]}(value not shown)${named[2]}`;
+  const last = /^(.*?\b(?:entry|value:?)\s)'.*'\s*$/s.exec(message);
+  return last ? `${last[1]}(value not shown)` : message;
+}
+
+/** The error's message with its SQLSTATE (or MySQL errno), for a dead-letter reason (never a payload: PostgreSQL's data errors name the type, not the value, except 22P02 which quotes the bad input; MySQL's quoted values are scrubbed; cut to `max`). */
 export function storeErrorText(err: unknown, max = 500): string {
-  const code = sqlState(err);
-  const message = err instanceof Error ? err.message : String(err);
-  const text = `${code ? `SQLSTATE ${code}: ` : ''}${message}`.replace(/\u0000/g, '\ufffd');
+  const errno = mysqlErrno(err);
+  const code = errno === 0 ? sqlState(err) : '';
+  const raw = err instanceof Error ? err.message : String(err);
+  const message = errno === 0 ? raw : scrubMysqlMessage(raw);
+  const text = `${errno !== 0 ? `MySQL error ${errno}: ` : code ? `SQLSTATE ${code}: ` : ''}${message}`.replace(/\u0000/g, '\ufffd');
   return text.length > max ? `${text.slice(0, max - 3)}...` : text;
 }

@@ -2,7 +2,7 @@ import type { OutboxEvent } from '../core/envelope.ts';
 import { TransportError } from '../core/errors.ts';
 import type { PublishOutcome, Transport } from '../core/ports.ts';
 import { UNTRACED_TRANSPORT } from '../core/tracing.ts';
-import type { Inbox } from './inbox.ts';
+import type { InboxProcessor } from '../core/inbox-ports.ts';
 
 /**
  * A transport whose "broker" is an inbox: publishing an event runs its
@@ -13,7 +13,7 @@ import type { Inbox } from './inbox.ts';
 export class InboxTransport implements Transport {
   readonly name = 'inbox';
 
-  constructor(private readonly inbox: Inbox) {
+  constructor(private readonly inbox: InboxProcessor) {
     // No publish span: handing an event to the local inbox is no hop; `inbox.process` starts its span from the stored trace context.
     Object.defineProperty(this, UNTRACED_TRANSPORT, { value: true });
   }

@@ -8,7 +8,7 @@ import type { Logger } from '../core/logger.ts';
 import { silentLogger } from '../core/logger.ts';
 import type { SqlExecutor } from '../core/ports.ts';
 import { resolveRetryOptions, retryDelay, type ResolvedRetryOptions, type RetryOptions } from '../core/retry.ts';
-import { classifyStoreError, storeErrorText } from '../core/store-errors.ts';
+import { classifyStoreError, mysqlErrno, storeErrorText } from '../core/store-errors.ts';
 import { runTraced, settleInboxTrace, startInboxTrace, type ConsumerTrace } from './inbox-tracing.ts';
 import { isMetrics, type Metrics } from '../core/metrics.ts';
 import { defaultMetrics } from '../metrics/otel/otel-metrics.ts';
@@ -388,7 +388,8 @@ export class Inbox<Tx = SqlExecutor> {
 
   /** Records a failed attempt: `retry` with backoff, or `dead` at `maxAttempts` (at once for an invalid payload). */
   async #failed(event: OutboxEvent, err: unknown): Promise<{ outcome: InboxOutcome; heldKeys: string[] }> {
-    const message = storableText(err instanceof Error ? err.message : String(err));
+    // A MySQL server error quotes the value it refused (a key, a payload field): its text is scrubbed.
+    const message = storableText(mysqlErrno(err) !== 0 ? storeErrorText(err, 2000) : err instanceof Error ? err.message : String(err));
     const max = err instanceof InvalidPayload ? 1 : this.#retry.maxAttempts;
     let recorded: { attempts: number; dead: boolean } | undefined;
     const refused = await this.#refused(

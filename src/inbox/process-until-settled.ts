@@ -1,7 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { OutboxEvent } from '../core/envelope.ts';
-import type { InboxOutcome } from '../core/inbox-ports.ts';
-import type { Inbox } from './inbox.ts';
+import type { InboxOutcome, InboxProcessor } from '../core/inbox-ports.ts';
 
 /**
  * Processes an event through the inbox, retrying in place after each
@@ -10,7 +9,7 @@ import type { Inbox } from './inbox.ts';
  * outcomes after which a consumer acks. Resolves `null` when `signal` aborts
  * first: the consumer then leaves the message unacked for redelivery.
  */
-export async function processUntilSettled(inbox: Inbox, event: OutboxEvent, signal: AbortSignal): Promise<Exclude<InboxOutcome, { status: 'retry' }> | null> {
+export async function processUntilSettled(inbox: InboxProcessor, event: OutboxEvent, signal: AbortSignal): Promise<Exclude<InboxOutcome, { status: 'retry' }> | null> {
   for (;;) {
     if (signal.aborted) return null;
     const outcome = await inbox.process(event);

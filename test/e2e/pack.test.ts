@@ -37,6 +37,7 @@ const SUBPATHS: Record<string, readonly string[]> = {
   'txbox/postgres': ['pg'],
   'txbox/testing/conformance': ['pg'],
   'txbox/pglite': ['@electric-sql/pglite'],
+  'txbox/mysql': ['mysql2'],
   'txbox/kafka': ['kafkajs'],
   'txbox/rabbitmq': ['amqplib'],
   'txbox/nats': ['@nats-io/transport-node', '@nats-io/jetstream'],

@@ -1,13 +1,25 @@
 /**
  * The store conformance suite's namespace on MariaDB/MySQL at 127.0.0.1:3306
- * (TXBOX_TEST_MYSQL_URL): a fresh database per run, the outbox migrated, an
- * effects table. Imported from the source (src/stores/mysql), as the store
- * is not a package subpath yet.
+ * (TXBOX_TEST_MYSQL_URL): a fresh database per run, the outbox and the inbox
+ * migrated, an effects table and a read model, through `txbox/mysql`.
  */
 import { randomBytes } from 'node:crypto';
 import mysql from 'mysql2/promise';
 import type { StoreConformanceNamespace } from 'txbox/testing/conformance';
-import { MysqlAdmin, MysqlOutboxStore, MysqlRelayStore, migrateMysql, mysqlConnection, mysqlNames, type MysqlExecutor } from '../../src/stores/mysql/index.ts';
+import {
+  MysqlAdmin,
+  MysqlInboxAdmin,
+  MysqlInboxStore,
+  MysqlOutboxStore,
+  MysqlRelayStore,
+  applyVersioned,
+  migrateMysql,
+  migrateMysqlInbox,
+  mysqlConnection,
+  mysqlInboxNames,
+  mysqlNames,
+  type MysqlExecutor,
+} from 'txbox/mysql';
 
 export const MYSQL_URL = process.env.TXBOX_TEST_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test';
 
@@ -20,12 +32,16 @@ export async function openMysqlNamespace(helper: string): Promise<StoreConforman
   const pool = mysql.createPool({ uri, connectionLimit: 8, supportBigNumbers: true, bigNumberStrings: true, dateStrings: true, timezone: 'Z' });
   const connection = await mysqlConnection({ pool });
   await migrateMysql(connection, mysqlNames());
+  await migrateMysqlInbox(connection, mysqlInboxNames());
   await pool.query('CREATE TABLE effects (note VARCHAR(200) NOT NULL) ENGINE = InnoDB');
+  await pool.query('CREATE TABLE stock_view (id VARCHAR(100) NOT NULL PRIMARY KEY, quantity INT NOT NULL, version BIGINT NOT NULL) ENGINE = InnoDB');
   const admin = new MysqlAdmin(connection);
+  const inboxAdmin = new MysqlInboxAdmin(connection);
   const open: mysql.PoolConnection[] = [];
   return {
     outboxStore: new MysqlOutboxStore(),
     relayStore: () => new MysqlRelayStore({ connection }),
+    inboxStore: new MysqlInboxStore({ connection }),
     transaction: (fn) => connection.transaction(fn),
     async openTransaction() {
       const conn = await pool.getConnection();
@@ -56,6 +72,16 @@ export async function openMysqlNamespace(helper: string): Promise<StoreConforman
       const [rows] = (await pool.query('SELECT count(*) AS n FROM effects WHERE note = ?', [note])) as unknown as [{ n: string | number }[]];
       return Number(rows[0]!.n);
     },
+    async applyVersioned(tx, row) {
+      const r = await applyVersioned(tx, { table: 'stock_view', id: { id: row.id }, version: row.version, values: { quantity: row.quantity }, onGap: row.onGap });
+      return r.status === 'gap' ? { status: 'gap', missing: r.missing } : { status: r.status };
+    },
+    async readProjection(id) {
+      const [rows] = (await pool.query('SELECT quantity, version FROM stock_view WHERE id = ?', [id])) as unknown as [{ quantity: number; version: string }[]];
+      return rows[0] ? { quantity: Number(rows[0].quantity), version: Number(rows[0].version) } : null;
+    },
+    listDead: async (consumer) => (await inboxAdmin.listDead({ consumer })).map((d) => d.id),
+    retryDead: (consumer) => inboxAdmin.retryDead({ all: true, consumer }, 'conformance'),
     async close() {
       for (const c of open) c.release();
       await pool.end();

@@ -5,7 +5,7 @@
  */
 import pg from 'pg';
 import type { SqlExecutor } from 'txbox';
-import { PostgresAdmin, PostgresInboxStore, PostgresOutboxStore, PostgresRelayStore, applyVersioned, inboxNames, migrateInbox } from 'txbox/postgres';
+import { PostgresAdmin, PostgresInboxAdmin, PostgresInboxStore, PostgresOutboxStore, PostgresRelayStore, applyVersioned, inboxNames, migrateInbox } from 'txbox/postgres';
 import type { StoreConformanceNamespace } from 'txbox/testing/conformance';
 import { DATABASE_URL, openDb } from './databases.ts';
 
@@ -16,6 +16,7 @@ export async function openPostgresNamespace(kind: 'postgres' | 'pglite'): Promis
   await db.query(`CREATE TABLE "${schema}".effects (note text NOT NULL)`);
   await db.query(`CREATE TABLE "${schema}".stock_view (id text PRIMARY KEY, quantity int NOT NULL, version bigint NOT NULL)`);
   const admin = new PostgresAdmin(connection, { schema });
+  const inboxAdmin = new PostgresInboxAdmin(connection, { schema });
   const open: pg.Client[] = [];
   return {
     outboxStore: new PostgresOutboxStore({ schema }),
@@ -63,6 +64,8 @@ export async function openPostgresNamespace(kind: 'postgres' | 'pglite'): Promis
       const [r] = await db.query<{ quantity: number; version: string }>(`SELECT quantity, version FROM "${schema}".stock_view WHERE id = $1`, [id]);
       return r ? { quantity: r.quantity, version: Number(r.version) } : null;
     },
+    listDead: async (consumer) => (await inboxAdmin.listDead({ consumer })).map((d) => d.id),
+    retryDead: (consumer) => inboxAdmin.retryDead({ all: true, consumer }, 'conformance'),
     async close() {
       await Promise.all(open.map((c) => c.end().catch(() => {})));
       await db.close();

@@ -6,6 +6,7 @@ import { importOptional } from '../optional-import.ts';
 import { runDemo, type DemoReport } from '../demo/demo-run.ts';
 import { HttpDemoSink } from '../demo/http-sink.ts';
 import type { DemoSink } from '../demo/demo-sink.ts';
+import { storeOf } from '../backends/backend.ts';
 
 /** Where the demo publishes; broker sinks take the broker address from --transport-url or TXBOX_TRANSPORT_URL. */
 const SINKS: Record<string, (url: string | undefined) => Promise<DemoSink>> = {
@@ -25,7 +26,7 @@ const SINKS: Record<string, (url: string | undefined) => Promise<DemoSink>> = {
 export const demoCommand: Command = {
   name: 'demo',
   summary: 'run an order service, the relay and a receiver, and verify: nothing lost, nothing phantom, per-key order kept',
-  help: `Usage: txbox demo [--events N] [--writers N] [--crash-relay-every DURATION] [--database-url URL]
+  help: `Usage: txbox demo [--events N] [--writers N] [--crash-relay-every DURATION] [--database-url URL] [--store mysql]
 
 Needs no service: an order service on embedded PGlite writes orders and
 payments with concurrent writers (about 10% of transactions roll back), a
@@ -41,7 +42,11 @@ Options:
   --writers N              concurrent writers (default 8)
   --rollback-rate R        share of transactions rolled back (default 0.1)
   --crash-relay-every DUR  abort the relay this often (e.g. 300ms, 2s), as a crash would, and start a new one
-  --database-url URL       run the same demo on PostgreSQL (a temporary schema, dropped after)
+  --database-url URL       run the same demo on PostgreSQL (a temporary schema, dropped after),
+                           or on MySQL/MariaDB with a mysql:// or mariadb:// URL (tables
+                           prefixed txbox_demo_<id>_ in the URL's database, dropped after)
+  --store TYPE             postgres (default; PGlite without --database-url) or mysql
+                           (needs a mysql:// or mariadb:// --database-url; implied by one)
   --transport TYPE         where the relay publishes: http (default, in-process receiver),
                            kafka, rabbitmq, nats or redis (a real broker, read back to verify),
                            pubsub or sqs (an emulator: Google's Pub/Sub emulator, ElasticMQ)
@@ -55,6 +60,7 @@ Options:
     'crash-relay-every': { type: 'string' },
     transport: { type: 'string' },
     'transport-url': { type: 'string' },
+    store: { type: 'string' },
   },
   async run({ flags, config, out, signal }) {
     const int = (name: string, fallback: number, min: number): number => {
@@ -66,6 +72,7 @@ Options:
     };
     const rollbackRate = flags['rollback-rate'] === undefined ? 0.1 : Number(flags['rollback-rate']);
     if (!(rollbackRate >= 0 && rollbackRate < 1)) throw new CliError('--rollback-rate: must be a number from 0 to below 1, e.g. 0.1');
+    const store = demoStore(typeof flags.store === 'string' ? flags.store : undefined, config.databaseUrl, config.sources.databaseUrl);
     const sinkName = typeof flags.transport === 'string' ? flags.transport : 'http';
     const makeSink = SINKS[sinkName];
     if (!makeSink) throw new CliError(`--transport: unknown ${JSON.stringify(sinkName)}; choose one of ${Object.keys(SINKS).join(', ')}`);
@@ -77,6 +84,7 @@ Options:
       rollbackRate,
       crashEveryMs: typeof flags['crash-relay-every'] === 'string' ? parseDuration(flags['crash-relay-every'], '--crash-relay-every') : 0,
       databaseUrl: config.databaseUrl,
+      store,
       sink,
       onProgress: (line) => progress.update(line),
       signal,
@@ -92,6 +100,23 @@ Options:
     return ok ? EXIT.ok : EXIT.failure;
   },
 };
+
+const isMysqlUrl = (url: string | undefined): boolean => url !== undefined && storeOf(url) === 'mysql';
+
+/** The demo's store: --store, or the database URL's scheme (mysql:// and mariadb:// are MySQL); a mismatch names both. */
+export function demoStore(flag: string | undefined, url: string | undefined, urlSource: string | undefined): 'postgres' | 'mysql' {
+  if (flag !== undefined && flag !== 'postgres' && flag !== 'mysql') throw new CliError(`--store: unknown ${JSON.stringify(flag)}; choose postgres or mysql`);
+  const mysqlUrl = isMysqlUrl(url);
+  if (flag === 'mysql' && !mysqlUrl) {
+    throw new CliError(
+      url === undefined
+        ? '--store mysql needs a MySQL or MariaDB server: pass --database-url mysql://user@127.0.0.1:3306/database (or set TXBOX_DATABASE_URL)'
+        : `--store mysql: ${urlSource ?? 'the database URL'} is not a mysql:// or mariadb:// URL`,
+    );
+  }
+  if (flag === 'postgres' && mysqlUrl) throw new CliError(`--store postgres: ${urlSource ?? 'the database URL'} is a MySQL URL; pass --store mysql or a postgres:// URL`);
+  return mysqlUrl ? 'mysql' : 'postgres';
+}
 
 export function renderReport(r: DemoReport): string {
   const rate = r.committed / (r.elapsedMs / 1000);

@@ -2,16 +2,13 @@ import { randomUUID } from 'node:crypto';
 import type { PGlite } from '@electric-sql/pglite';
 import { createRelay, type Relay } from '../../relay/relay.ts';
 import { checkDeliveries, type DeliveryReport } from '../../testing/order-check.ts';
-import type { PostgresConnection } from '../../stores/postgres/postgres-connection.ts';
-import { PostgresRelayStore } from '../../stores/postgres/postgres-relay-store.ts';
-import { migratePostgres } from '../../stores/postgres/postgres-migrations.ts';
-import { postgresNames } from '../../stores/postgres/postgres-sql.ts';
 import { pgConnection } from '../../stores/postgres/pg-connection.ts';
 import { CliError, EXIT, redactUrl } from '../cli-error.ts';
 import { connectProblem } from '../database.ts';
 import { importOptional } from '../optional-import.ts';
-import { OrderService, RolledBack, type CommittedEvent } from './order-service.ts';
-import { InventoryService, type ProjectionCheck } from './inventory-service.ts';
+import { RolledBack, type CommittedEvent } from './order-service.ts';
+import type { ProjectionCheck } from './inventory-service.ts';
+import { postgresDemoBackend, type DemoBackend } from './demo-backend.ts';
 import type { DemoSink } from './demo-sink.ts';
 
 export interface DemoOptions {
@@ -22,8 +19,10 @@ export interface DemoOptions {
   readonly rollbackRate: number;
   /** Abort the relay (as a crash) and start a new one this often; 0 = never. */
   readonly crashEveryMs: number;
-  /** A PostgreSQL URL; default: embedded PGlite in memory. */
+  /** A PostgreSQL URL, or with `store: 'mysql'` a MySQL/MariaDB one; default: embedded PGlite in memory. */
   readonly databaseUrl: string | undefined;
+  /** Default: PostgreSQL (PGlite without a URL). */
+  readonly store?: 'postgres' | 'mysql';
   readonly sink: DemoSink;
   readonly onProgress: (line: string) => void;
   /** Aborting stops the writers, stops the relay gracefully and reports what happened so far. */
@@ -49,19 +48,16 @@ export interface DemoReport extends DeliveryReport {
 const SCHEMA_PREFIX = 'txbox_demo';
 
 export async function runDemo(o: DemoOptions): Promise<DemoReport> {
-  const schema = `${SCHEMA_PREFIX}_${randomUUID().slice(0, 8)}`;
-  const { db, label, close } = await openDemoDatabase(o.databaseUrl, schema);
-  const service = new OrderService(db, schema);
-  const inventory = new InventoryService(db, schema);
+  const id = randomUUID().slice(0, 8);
+  const schema = `${SCHEMA_PREFIX}_${id}`;
+  const backend = o.store === 'mysql' ? await (await import('./mysql-demo.ts')).openMysqlDemo(o.databaseUrl!, id) : await openDemoDatabase(o.databaseUrl, schema);
   let relay: Relay | undefined;
   try {
-    await migratePostgres(db, postgresNames({ schema }));
-    await service.createTables();
-    await inventory.createTables();
-    await o.sink.start((event) => inventory.deliver(event));
+    await backend.setup();
+    await o.sink.start((event) => backend.deliver(event));
     const newRelay = (): Relay =>
       createRelay({
-        store: new PostgresRelayStore({ schema, connection: db }),
+        store: backend.relayStore(),
         transport: o.sink.transport(),
         // 2 s even under frequent crashes: with a shorter lease (it was half the crash interval, at least
         // 500 ms) the publish timeout (the lease minus its margin) ran out on a loaded machine before a
@@ -108,13 +104,13 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
           await new Promise((r) => setImmediate(r));
           if (orders.length < 5 || Math.random() < 0.45) {
             const orderId = randomUUID().slice(0, 13);
-            const e = await service.createOrder(orderId, `customer-${orders.length % 97}`, 10 + (orders.length % 90), rollback);
+            const e = await backend.createOrder(orderId, `customer-${orders.length % 97}`, 10 + (orders.length % 90), rollback);
             orders.push(orderId);
             record(e);
           } else {
             // Pay a recent order: several writers often hit the same order, so the row lock matters.
             const orderId = orders[orders.length - 1 - Math.floor(Math.random() * Math.min(orders.length, 20))]!;
-            record(await service.capturePayment(orderId, randomUUID(), 5, rollback));
+            record(await backend.capturePayment(orderId, randomUUID(), 5, rollback));
           }
         } catch (err) {
           if (!(err instanceof RolledBack)) throw err;
@@ -158,10 +154,10 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
       await new Promise((r) => setTimeout(r, 50));
     }
     // And for the inventory service's projection to catch up (held gaps, retries).
-    let projection = await inventory.check(schema);
+    let projection = await backend.check();
     while (projection.mismatched > 0 && performance.now() < deadline && !stopped()) {
       await new Promise((r) => setTimeout(r, 50));
-      projection = await inventory.check(schema);
+      projection = await backend.check();
     }
     const elapsedMs = performance.now() - started;
     clearInterval(crashTimer);
@@ -181,7 +177,7 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
     const q = (p: number): number => latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))] ?? 0;
     return {
       ...report,
-      database: label,
+      database: backend.label,
       sink: o.sink.name,
       transactions,
       rolledBack,
@@ -195,11 +191,11 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
   } finally {
     await relay?.stop().catch(() => {});
     await o.sink.close().catch(() => {});
-    await close(schema);
+    await backend.close();
   }
 }
 
-async function openDemoDatabase(url: string | undefined, schema: string): Promise<{ db: PostgresConnection; label: string; close: (schema: string) => Promise<void> }> {
+async function openDemoDatabase(url: string | undefined, schema: string): Promise<DemoBackend> {
   if (url) {
     const db = pgConnection({ connectionString: url, maxConnections: 12, applicationName: 'txbox demo' });
     try {
@@ -208,24 +204,15 @@ async function openDemoDatabase(url: string | undefined, schema: string): Promis
       await db.close().catch(() => {});
       throw new CliError(`${connectProblem(err, redactUrl(url))}: ${(err as Error).message}`, EXIT.database);
     }
-    return {
-      db,
-      label: 'PostgreSQL',
-      close: async (s) => {
-        await db.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`).catch(() => {});
-        await db.close();
-      },
-    };
+    return postgresDemoBackend(db, schema, 'PostgreSQL', async () => {
+      await db.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => {});
+      await db.close();
+    });
   }
   const { PGlite } = await importOptional('the embedded demo (without --database-url)', () => import('@electric-sql/pglite'));
   const { pgliteConnection } = await import('../../stores/pglite/pglite-connection.ts');
   const pglite: PGlite = new PGlite();
-  return {
-    db: pgliteConnection(pglite),
-    label: 'embedded PGlite (in memory)',
-    close: async () => {
-      await pglite.close();
-    },
-  };
-  void schema;
+  return postgresDemoBackend(pgliteConnection(pglite), schema, 'embedded PGlite (in memory)', async () => {
+    await pglite.close();
+  });
 }

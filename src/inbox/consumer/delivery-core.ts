@@ -1,5 +1,5 @@
 import type { OutboxEvent } from '../../core/envelope.ts';
-import type { Inbox } from '../inbox.ts';
+import type { InboxProcessor } from '../../core/inbox-ports.ts';
 import type { InboxQueue } from '../inbox-worker.ts';
 import { KeyedDispatcher } from '../keyed-dispatcher.ts';
 import type { ConsumerCore } from './consumer-core.ts';
@@ -202,7 +202,7 @@ export class DeliveryCore<M> {
     return true;
   }
 
-  async #handle(message: M, event: OutboxEvent, inbox: Inbox): Promise<void> {
+  async #handle(message: M, event: OutboxEvent, inbox: InboxProcessor): Promise<void> {
     const { core, port } = this.#o;
     if (await this.#turnEnded(message, event)) return;
     const started = performance.now();

@@ -1,6 +1,5 @@
 import type { OutboxEvent } from '../../core/envelope.ts';
-import type { InboxOutcome } from '../../core/inbox-ports.ts';
-import type { Inbox } from '../inbox.ts';
+import type { InboxOutcome, InboxProcessor } from '../../core/inbox-ports.ts';
 import type { InboxQueue, QueueRefusal } from '../inbox-worker.ts';
 import { backoffMs, pause } from './consumer-core.ts';
 
@@ -34,7 +33,7 @@ export interface SettleOptions {
  * `onRetry` gave up first; the adapter then leaves the message for
  * redelivery, and the inbox skips it if it committed.
  */
-export async function settleEvent(inbox: Inbox, event: OutboxEvent, options: SettleOptions): Promise<SettledOutcome | null> {
+export async function settleEvent(inbox: InboxProcessor, event: OutboxEvent, options: SettleOptions): Promise<SettledOutcome | null> {
   const { signal } = options;
   const storeBackoff = options.storeBackoffMs ?? ((n: number) => backoffMs(n, 100, 5000));
   let first = options.firstAttemptWhileStopping === true;

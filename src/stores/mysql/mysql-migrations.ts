@@ -1,7 +1,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { SchemaError } from '../../core/errors.ts';
 import type { MysqlConnection } from './mysql-connection.ts';
-import type { MysqlNames } from './mysql-sql.ts';
+import type { MysqlInboxNames, MysqlNames } from './mysql-sql.ts';
 
 export interface MysqlMigration {
   /** File name, e.g. `001_outbox.sql`; applied in name order. */
@@ -10,6 +10,7 @@ export interface MysqlMigration {
 }
 
 const SQL_DIR = new URL('../../../sql/mysql/', import.meta.url);
+const INBOX_SQL_DIR = new URL('../../../sql/mysql-inbox/', import.meta.url);
 
 /** The numbered migration files shipped in `sql/mysql/`, with placeholders. */
 export function mysqlMigrations(dir: URL = SQL_DIR): MysqlMigration[] {
@@ -19,8 +20,17 @@ export function mysqlMigrations(dir: URL = SQL_DIR): MysqlMigration[] {
     .map((name) => ({ name, sql: readFileSync(new URL(name, dir), 'utf8') }));
 }
 
+/** The inbox's migration files (`sql/mysql-inbox/`). */
+export function mysqlInboxMigrations(): MysqlMigration[] {
+  return mysqlMigrations(INBOX_SQL_DIR);
+}
+
 function render(sql: string, n: MysqlNames): string {
   return sql.replaceAll('{{outbox}}', n.outbox).replaceAll('{{buckets}}', n.buckets).replaceAll('{{relays}}', n.relays).replaceAll('{{audit}}', n.audit);
+}
+
+function renderInbox(sql: string, n: MysqlInboxNames): string {
+  return sql.replaceAll('{{inbox}}', n.inbox).replaceAll('{{keys}}', n.keys).replaceAll('{{audit}}', n.audit);
 }
 
 /** The statements of one migration: MySQL runs one statement per call (DDL commits on its own, so a file is not atomic). */
@@ -38,11 +48,28 @@ export function printMysqlMigrations(n: MysqlNames): string {
     .join('\n');
 }
 
+/** The inbox's SQL as `--print` shows it (see `mysqlInboxNames`). */
+export function printMysqlInboxMigrations(n: MysqlInboxNames): string {
+  return mysqlInboxMigrations()
+    .map((m) => `-- ${m.name}\n${renderInbox(m.sql, n).trim()}\n`)
+    .join('\n');
+}
+
+/** Applies the inbox migrations to the inbox tables named by `n` (see `mysqlInboxNames`), under GET_LOCK like the outbox's. */
+export function migrateMysqlInbox(connection: MysqlConnection, n: MysqlInboxNames, lockTimeoutSeconds = 60): Promise<string[]> {
+  return applyMigrations(connection, n, mysqlInboxMigrations().map((m) => ({ name: m.name, sql: renderInbox(m.sql, n) })), lockTimeoutSeconds);
+}
+
 /**
  * Applies the migrations not yet applied, under GET_LOCK so that relays and
  * deploys starting at once do not race. Returns the names applied now.
  */
-export async function migrateMysql(connection: MysqlConnection, n: MysqlNames, lockTimeoutSeconds = 60): Promise<string[]> {
+export function migrateMysql(connection: MysqlConnection, n: MysqlNames, lockTimeoutSeconds = 60): Promise<string[]> {
+  return applyMigrations(connection, n, mysqlMigrations().map((m) => ({ name: m.name, sql: render(m.sql, n) })), lockTimeoutSeconds);
+}
+
+/** Applies the rendered `migrations` not yet recorded in `n.migrations`, holding GET_LOCK(`n.lockName`). */
+async function applyMigrations(connection: MysqlConnection, n: { readonly migrations: string; readonly lockName: string }, migrations: readonly MysqlMigration[], lockTimeoutSeconds: number): Promise<string[]> {
   return connection.withConnection(async (conn) => {
     const [[lock]] = (await conn.query('SELECT GET_LOCK(?, ?) AS got', [n.lockName, lockTimeoutSeconds])) as unknown as [{ got: number | string | null }[]];
     if (Number(lock?.got) !== 1) throw new SchemaError(`could not take the migration lock ${n.lockName} within ${lockTimeoutSeconds} s: another txbox migrate is running; wait for it and run again`);
@@ -51,9 +78,9 @@ export async function migrateMysql(connection: MysqlConnection, n: MysqlNames, l
       const [done] = (await conn.query(`SELECT name FROM ${n.migrations}`)) as unknown as [{ name: string }[]];
       const applied = new Set(done.map((r) => r.name));
       const now: string[] = [];
-      for (const m of mysqlMigrations()) {
+      for (const m of migrations) {
         if (applied.has(m.name)) continue;
-        for (const statement of statements(render(m.sql, n))) await conn.query(statement);
+        for (const statement of statements(m.sql)) await conn.query(statement);
         await conn.query(`INSERT INTO ${n.migrations} (name, applied_at) VALUES (?, UTC_TIMESTAMP(6))`, [m.name]);
         now.push(m.name);
       }

@@ -4,6 +4,9 @@ import { insertEventsSql, mysqlNames, type MysqlNames, type MysqlNamesOptions } 
 
 export type MysqlOutboxStoreOptions = MysqlNamesOptions;
 
+/** Set by mysqlFromKysely / mysqlFromKnex on an executor that wraps no transaction (a Kysely or Knex instance). */
+const NOT_A_TRANSACTION = Symbol.for('txbox.notATransaction');
+
 /** `occurredAt` as DATETIME(6) text in UTC, whatever the session's time zone. */
 export function utcDatetime(d: Date): string {
   return d.toISOString().replace('T', ' ').replace('Z', '');
@@ -37,12 +40,14 @@ export class MysqlOutboxStore implements OutboxStore<MysqlExecutor> {
     await tx.query(insertEventsSql(this.names, events.length), params);
   }
 
-  /** A mysql2 connection (not a pool: each query of a pool may run on another connection, in autocommit). */
+  /** A mysql2 connection (not a pool: each query of a pool may run on another connection, in autocommit), or a Kysely/Knex transaction through `mysqlFromKysely` / `mysqlFromKnex`. */
   checkTransaction(tx: unknown): TransactionProblem | undefined {
     const t = tx as { query?: unknown; getConnection?: unknown; release?: unknown; beginTransaction?: unknown };
     if (typeof t.query !== 'function' || typeof t.beginTransaction !== 'function') {
       return { kind: 'invalid', message: 'is not a mysql2 connection: pass the mysql2/promise connection you called beginTransaction() on' };
     }
+    const mark = (tx as Record<symbol, unknown>)[NOT_A_TRANSACTION];
+    if (typeof mark === 'string') return { kind: 'autocommit', message: mark };
     if (typeof t.getConnection === 'function' && typeof t.release !== 'function') {
       return {
         kind: 'autocommit',

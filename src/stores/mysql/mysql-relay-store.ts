@@ -2,6 +2,7 @@ import type { StoredEvent } from '../../core/envelope.ts';
 import { ConfigError } from '../../core/errors.ts';
 import type { BucketLease, ClaimOptions, Completion, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
 import type { MysqlConnection } from './mysql-connection.ts';
+import { deadlockRetry } from './mysql-errors.ts';
 import { claimSql, mysqlNames, NOW, type MysqlNames, type MysqlNamesOptions } from './mysql-sql.ts';
 
 export interface MysqlRelayStoreOptions extends MysqlNamesOptions {
@@ -55,21 +56,6 @@ function rowToEvent(r: EventRow): StoredEvent {
     attempts: Number(r.attempts),
     routesDone: r.routes_done === null ? [] : (JSON.parse(r.routes_done) as string[]),
   };
-}
-
-/** ER_LOCK_DEADLOCK, matched on errno (mysql2's `code` text is not reliable across servers). */
-const DEADLOCK = 1213;
-
-/** Runs a whole transaction again when InnoDB chose it as a deadlock victim (it was rolled back, so a rerun is safe). */
-async function deadlockRetry<T>(fn: () => Promise<T>, attempts = 5): Promise<T> {
-  for (let i = 1; ; i++) {
-    try {
-      return await fn();
-    } catch (err) {
-      if ((err as { errno?: number }).errno !== DEADLOCK || i >= attempts) throw err;
-      await new Promise((r) => setTimeout(r, 5 * i));
-    }
-  }
 }
 
 const marks = (k: number): string => Array.from({ length: k }, () => '?').join(', ');

@@ -44,6 +44,34 @@ export function mysqlNames(options: MysqlNamesOptions = {}): MysqlNames {
   });
 }
 
+export interface MysqlInboxNames {
+  readonly database: string | undefined;
+  readonly table: string;
+  readonly inbox: string;
+  /** The per-key lock rows of versioned events. */
+  readonly keys: string;
+  readonly audit: string;
+  readonly migrations: string;
+  /** The GET_LOCK name that serializes migrations of these tables. */
+  readonly lockName: string;
+}
+
+/** Names of an inbox table and its companions (`<table>_keys`, `<table>_audit`, `<table>_migrations`); `database`, `table` validated and named in the error. Default table: `inbox`. */
+export function mysqlInboxNames(options: MysqlNamesOptions = {}): MysqlInboxNames {
+  const database = options.database === undefined ? undefined : checkIdentifier('database', options.database, 64);
+  const table = checkIdentifier('table', options.table ?? 'inbox', 50);
+  const q = (suffix: string) => (database ? `${tick(database)}.` : '') + tick(table + suffix);
+  return Object.freeze({
+    database,
+    table,
+    inbox: q(''),
+    keys: q('_keys'),
+    audit: q('_audit'),
+    migrations: q('_migrations'),
+    lockName: `txbox_migrate.${database ?? ''}.${table}`,
+  });
+}
+
 export const NOW = 'UTC_TIMESTAMP(6)';
 
 /** The outbox columns the relay reads, as `rowToEvent` takes them. JSON columns go through CONCAT so that they arrive as text (mysql2 parses columns the server labels JSON, which drops the payload's stored text). */

@@ -77,6 +77,13 @@ export interface StoreConformanceNamespace<Tx> {
   /** The store's version-guarded upsert on a read model `(id, quantity, version)`. */
   applyVersioned?(tx: Tx, row: { readonly id: string; readonly version: number; readonly quantity: number; readonly onGap: 'apply' | 'hold' }): Promise<ConformanceProjectionResult>;
   readProjection?(id: string): Promise<{ readonly quantity: number; readonly version: number } | null>;
+  /**
+   * The inbox admin's dead-letter operations (`txbox inbox dead list|retry`):
+   * the dead events of `consumer` (ids), and marking them to run again
+   * (returns the ids changed). Omit both and the dead-letter case is skipped.
+   */
+  listDead?(consumer: string): Promise<string[]>;
+  retryDead?(consumer: string): Promise<string[]>;
   /** Drops the namespace and closes what `open` opened. */
   close(): Promise<void>;
 }
@@ -104,7 +111,7 @@ async function waitFor(what: string, check: () => boolean | Promise<boolean>, ti
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-function stockEvent(sku: string, version: number, quantity: number): OutboxEvent {
+function stockEvent(sku: string, version: number | null, quantity: number): OutboxEvent {
   return { id: uuidv7(), type: 'StockChanged', aggregateType: 'Sku', aggregateId: sku, key: `Sku:${sku}`, destination: 'stock', payload: { quantity }, headers: {}, occurredAt: new Date(), version };
 }
 
@@ -400,6 +407,108 @@ export function runStoreConformance<Tx>(options: StoreConformanceOptions<Tx>): v
           assert.equal(concurrent.filter((o) => o.status === 'processed').length, 1, 'concurrent redeliveries: one runs');
           assert.equal(await ns.countEffects(`inbox-${c.id}`), 1);
         } else t.diagnostic('concurrent redeliveries not checked: the store runs one transaction at a time');
+      } finally {
+        await inbox.stop();
+      }
+    });
+
+    it('inbox: a rollback leaves neither the handler effect nor the mark; the redelivery runs the handler again and commits both once, in a batch too', async (t) => {
+      if (!ns.inboxStore) return t.skip('the store has no inbox');
+      const failing = new Set<string>();
+      const runs = new Map<string, number>();
+      const inbox = createInbox<Tx>({ store: ns.inboxStore, consumer: 'conformance-rollback', autoStart: false, metrics: false, retry: { baseDelayMs: 10, maxDelayMs: 20, maxAttempts: 5 } });
+      inbox.on(Stock, async (event, tx) => {
+        runs.set(event.id, (runs.get(event.id) ?? 0) + 1);
+        await ns.recordEffect(tx, `rollback-${event.id}`);
+        if (failing.has(event.id)) throw new Error('fails after its write');
+      });
+      try {
+        const e = stockEvent('rollback-a', 1, 1);
+        failing.add(e.id);
+        assert.equal((await inbox.process(e)).status, 'retry');
+        assert.equal(await ns.countEffects(`rollback-${e.id}`), 0, 'the write before the failure rolled back');
+        failing.delete(e.id);
+        assert.equal((await inbox.process(e)).status, 'processed', 'not marked processed by the rolled-back run');
+        assert.equal((await inbox.process(e)).status, 'duplicate');
+        assert.equal(await ns.countEffects(`rollback-${e.id}`), 1);
+        assert.equal(runs.get(e.id), 2);
+        // Many at once share a transaction (group commit): one failure redoes the batch one event at a time.
+        const batch = Array.from({ length: 8 }, (_, i) => stockEvent(`rollback-batch-${i}`, null, i));
+        failing.add(batch[3]!.id);
+        const outcomes = await Promise.all(batch.map((b) => inbox.process(b)));
+        failing.delete(batch[3]!.id);
+        assert.deepEqual(outcomes.map((o) => o.status), ['processed', 'processed', 'processed', 'retry', 'processed', 'processed', 'processed', 'processed']);
+        for (const b of batch) assert.equal(await ns.countEffects(`rollback-${b.id}`), b === batch[3] ? 0 : 1, `effects of ${b.aggregateId}`);
+        assert.deepEqual((await Promise.all(batch.map((b) => inbox.process(b)))).map((o) => o.status), ['duplicate', 'duplicate', 'duplicate', 'processed', 'duplicate', 'duplicate', 'duplicate', 'duplicate']);
+        assert.equal(await ns.countEffects(`rollback-${batch[3]!.id}`), 1);
+      } finally {
+        await inbox.stop();
+      }
+    });
+
+    it('inbox: an id redelivered in another UUID spelling (upper case, braces, no hyphens) is the same event', async (t) => {
+      if (!ns.inboxStore) return t.skip('the store has no inbox');
+      const seen: string[] = [];
+      const inbox = createInbox<Tx>({ store: ns.inboxStore, consumer: 'conformance-spelling', autoStart: false, metrics: false });
+      inbox.on(Stock, async (event, tx) => {
+        seen.push(event.id);
+        await ns.recordEffect(tx, `spelling-${event.id.toLowerCase()}`);
+      });
+      try {
+        const e = stockEvent('spelling', 1, 1);
+        assert.equal((await inbox.process({ ...e, id: e.id.toUpperCase() })).status, 'processed');
+        for (const id of [e.id, `{${e.id}}`, e.id.replace(/-/g, ''), e.id.toUpperCase()]) assert.equal((await inbox.process({ ...e, id })).status, 'duplicate', id);
+        assert.deepEqual(seen, [e.id], 'the handler ran once, with the canonical id');
+        assert.equal(await ns.countEffects(`spelling-${e.id}`), 1);
+      } finally {
+        await inbox.stop();
+      }
+    });
+
+    it('inbox: held versions of a key wait behind the missing one and then apply in version order, other keys unaffected', async (t) => {
+      if (!ns.inboxStore || !ns.applyVersioned || !ns.readProjection) return t.skip('the store has no inbox or projections');
+      const apply = ns.applyVersioned.bind(ns);
+      const applied: string[] = [];
+      const inbox = createInbox<Tx>({ store: ns.inboxStore, consumer: 'conformance-held-order', autoStart: false, metrics: false });
+      inbox.on(Stock, async (event, tx) => {
+        await apply(tx, { id: event.aggregateId, version: event.version!, quantity: event.payload.quantity, onGap: 'hold' });
+        applied.push(`${event.aggregateId}@${event.version}`);
+      });
+      try {
+        assert.equal((await inbox.process(stockEvent('held-a', 1, 1))).status, 'processed');
+        for (const v of [5, 3, 4]) assert.equal((await inbox.process(stockEvent('held-a', v, v))).status, 'held', `v${v} waits for v2`);
+        assert.equal((await inbox.process(stockEvent('held-b', 1, 1))).status, 'processed', 'another key flows');
+        assert.deepEqual(await ns.readProjection('held-a'), { quantity: 1, version: 1 });
+        assert.equal((await inbox.process(stockEvent('held-a', 2, 2))).status, 'processed');
+        assert.deepEqual(await ns.readProjection('held-a'), { quantity: 5, version: 5 }, 'v2 released v3, v4, v5');
+        assert.deepEqual(applied.filter((a) => a.startsWith('held-a')), ['held-a@1', 'held-a@2', 'held-a@3', 'held-a@4', 'held-a@5']);
+      } finally {
+        await inbox.stop();
+      }
+    });
+
+    it('inbox: a dead event is kept with its reason, listed, and runs again after an operator retry (redrive)', async (t) => {
+      if (!ns.inboxStore || !ns.listDead || !ns.retryDead) return t.skip('the store has no inbox admin');
+      let broken = true;
+      const inbox = createInbox<Tx>({ store: ns.inboxStore, consumer: 'conformance-dead', autoStart: false, metrics: false, retry: { baseDelayMs: 10, maxDelayMs: 10, maxAttempts: 2 } });
+      inbox.on(Stock, async (event, tx) => {
+        await ns.recordEffect(tx, `dead-${event.id}`);
+        if (broken) throw new Error('downstream says no');
+      });
+      try {
+        const e = stockEvent('dead-a', null, 1);
+        assert.equal((await inbox.process(e)).status, 'retry');
+        const dead = await inbox.process(e);
+        assert.equal(dead.status, 'dead');
+        assert.match((dead as { error: string }).error, /downstream says no/);
+        assert.deepEqual(await ns.listDead('conformance-dead'), [e.id]);
+        assert.equal((await inbox.process(e)).status, 'duplicate', 'a redelivery of a dead event does not run it');
+        broken = false;
+        assert.deepEqual(await ns.retryDead('conformance-dead'), [e.id]);
+        assert.equal(await inbox.redrive(), 1);
+        assert.deepEqual(await ns.listDead('conformance-dead'), []);
+        assert.equal(await ns.countEffects(`dead-${e.id}`), 1);
+        assert.equal((await inbox.process(e)).status, 'duplicate');
       } finally {
         await inbox.stop();
       }

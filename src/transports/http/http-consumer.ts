@@ -1,11 +1,11 @@
-import type { Inbox } from '../../inbox/inbox.ts';
+import type { InboxProcessor } from '../../core/inbox-ports.ts';
 import type { InboxQueue } from '../../inbox/inbox-worker.ts';
 import { ConfigError } from '../../core/errors.ts';
 import { createWebhookReceiver, type WebhookReceiver, type WebhookReceiverOptions } from './http-receiver.ts';
 
 export interface WebhookConsumerOptions extends Omit<WebhookReceiverOptions, 'onEvent'> {
   /** Runs handlers at once: the answer is 2xx only after the handler's transaction committed. Give this or `queue`. */
-  readonly inbox?: Inbox;
+  readonly inbox?: InboxProcessor;
   /** Worker mode: only stores the event in the inbox queue, answers 2xx, and lets inbox workers run handlers. */
   readonly queue?: InboxQueue;
 }

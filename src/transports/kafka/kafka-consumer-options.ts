@@ -2,7 +2,7 @@ import kafkajs, { type ConsumerConfig, type ISocketFactory, type Kafka, type Kaf
 import type { ConnectionOptions } from 'node:tls';
 import { ConfigError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
-import type { Inbox } from '../../inbox/inbox.ts';
+import type { InboxProcessor } from '../../core/inbox-ports.ts';
 import type { InboxQueue } from '../../inbox/inbox-worker.ts';
 import { int, pick } from '../../inbox/consumer/consumer-options.ts';
 import { resolveKafkaTransportOptions, topicOf, type KafkaTransportOptions, type ResolvedKafkaTransportOptions } from './kafka-transport-options.ts';
@@ -73,7 +73,7 @@ export interface KafkaConsumerOptions extends Pick<KafkaTransportOptions, Connec
   /** How long `stop()` lets in-flight records finish and commit, in ms; the rest is redelivered to the group. Default: 30000. */
   readonly stopTimeoutMs?: number;
   /** Runs handlers at once: offsets are committed after the inbox committed. Give this or `queue`. */
-  readonly inbox?: Inbox;
+  readonly inbox?: InboxProcessor;
   /** Worker mode: records are stored in the inbox queue (in offset order, batched) and then committed; inbox workers run the handlers. */
   readonly queue?: InboxQueue;
 }
@@ -96,7 +96,7 @@ export interface ResolvedKafkaConsumerOptions {
   readonly heartbeatIntervalMs: number;
   readonly rebalanceTimeoutMs: number;
   readonly stopTimeoutMs: number;
-  readonly handler: { readonly kind: 'inbox'; readonly inbox: Inbox } | { readonly kind: 'queue'; readonly queue: InboxQueue };
+  readonly handler: { readonly kind: 'inbox'; readonly inbox: InboxProcessor } | { readonly kind: 'queue'; readonly queue: InboxQueue };
   readonly logger: Logger;
 }
 

@@ -3,7 +3,7 @@ import { AckPolicy, DeliverPolicy, type ConsumerConfig } from '@nats-io/jetstrea
 import { ConfigError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import { silentLogger } from '../../core/logger.ts';
-import type { Inbox } from '../../inbox/inbox.ts';
+import type { InboxProcessor } from '../../core/inbox-ports.ts';
 import type { InboxQueue } from '../../inbox/inbox-worker.ts';
 import { int } from '../../inbox/consumer/consumer-options.ts';
 import { streamNameProblem, subjectProblem } from './nats-subjects.ts';
@@ -80,7 +80,7 @@ export interface NatsConsumerOptions extends Pick<NatsTransportOptions, Connecti
   /** Timeout of JetStream API requests and dead-letter publishes, in ms. Default: 5000. */
   readonly requestTimeoutMs?: number;
   /** Runs handlers at once: messages are acked after the inbox committed. Give this or `queue`. */
-  readonly inbox?: Inbox;
+  readonly inbox?: InboxProcessor;
   /** Worker mode: messages are stored in the inbox queue (in arrival order, batched) and acked; inbox workers run the handlers. */
   readonly queue?: InboxQueue;
   /** Logs ids, sequences and key hashes, never payloads or credentials. Default: silent. */
@@ -101,7 +101,7 @@ export interface ResolvedNatsConsumerOptions {
   readonly deadLetterSubject: string | null;
   readonly stopTimeoutMs: number;
   readonly requestTimeoutMs: number;
-  readonly handler: { readonly kind: 'inbox'; readonly inbox: Inbox } | { readonly kind: 'queue'; readonly queue: InboxQueue };
+  readonly handler: { readonly kind: 'inbox'; readonly inbox: InboxProcessor } | { readonly kind: 'queue'; readonly queue: InboxQueue };
   readonly logger: Logger;
 }
 

@@ -1,7 +1,7 @@
 import { ConfigError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import { resolveConsumerHandler, type ConsumerHandler } from '../../inbox/consumer/consumer-handler.ts';
-import type { Inbox } from '../../inbox/inbox.ts';
+import type { InboxProcessor } from '../../core/inbox-ports.ts';
 import type { InboxQueue } from '../../inbox/inbox-worker.ts';
 import { int, loggerOf, nameProblem, resolvePubSubConnection, type PubSubConnectionOptions, type ResolvedPubSubConnection } from './pubsub-transport-options.ts';
 
@@ -18,7 +18,7 @@ export interface PubSubConsumerOptions extends PubSubConnectionOptions {
   /** The destination of events whose message lacks `txbox-destination` (not from PubSubTransport). Default: `''`. */
   readonly destination?: string;
   /** Handles each event at once: the message is acked after the handler's transaction committed. Give this or `queue`. */
-  readonly inbox?: Inbox;
+  readonly inbox?: InboxProcessor;
   /** Worker mode: stores what arrives in the inbox queue (a batch per transaction) and acks; inbox workers run the handlers. Give this or `inbox`. */
   readonly queue?: InboxQueue;
   /**

@@ -1,6 +1,6 @@
 import { ConfigError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
-import type { Inbox } from '../../inbox/inbox.ts';
+import type { InboxProcessor } from '../../core/inbox-ports.ts';
 import type { InboxQueue } from '../../inbox/inbox-worker.ts';
 import { int, pick } from '../../inbox/consumer/consumer-options.ts';
 import { resolveRabbitMqTransportOptions, type RabbitMqTransportOptions, type ResolvedRabbitMqTransportOptions } from './rabbitmq-transport-options.ts';
@@ -60,7 +60,7 @@ export interface RabbitMqConsumerOptions extends ConnectionOptions {
    */
   readonly stopTimeoutMs?: number;
   /** Handles each message at once: acked after the handler's transaction committed. Give this or `queue`. */
-  readonly inbox?: Inbox;
+  readonly inbox?: InboxProcessor;
   /** Worker mode: stores messages in the inbox queue (one transaction per batch) and acks; inbox workers run the handlers. Give this or `inbox`. */
   readonly queue?: InboxQueue;
   /** Receives connection events, rejected messages and dead letters (message ids, types, key hashes; never payloads or credentials). Default: silent. */
@@ -85,7 +85,7 @@ export interface ResolvedRabbitMqConsumerOptions {
   readonly assertQueues: boolean;
   readonly queueArguments: Readonly<Record<string, unknown>>;
   readonly stopTimeoutMs: number;
-  readonly handler: { readonly kind: 'inbox'; readonly inbox: Inbox } | { readonly kind: 'queue'; readonly queue: InboxQueue };
+  readonly handler: { readonly kind: 'inbox'; readonly inbox: InboxProcessor } | { readonly kind: 'queue'; readonly queue: InboxQueue };
   readonly logger: Logger;
 }
 

@@ -3,7 +3,7 @@ import type { ConnectionOptions } from 'node:tls';
 import type { Redis } from 'ioredis';
 import { ConfigError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
-import type { Inbox } from '../../inbox/inbox.ts';
+import type { InboxProcessor } from '../../core/inbox-ports.ts';
 import type { InboxQueue } from '../../inbox/inbox-worker.ts';
 import { int, pick } from '../../inbox/consumer/consumer-options.ts';
 import { resolveRedisTransportOptions, type ResolvedRedisConnection, type ResolvedRedisTransportOptions } from './redis-transport-options.ts';
@@ -72,7 +72,7 @@ export interface RedisConsumerOptions {
   /** Longest wait for the TCP (and TLS) connection, at `start()` and on each reconnect, in ms. Default: 10000. */
   readonly connectTimeoutMs?: number;
   /** Handles each event at once: the entry is acked after the handler's transaction committed. Give this or `queue`. */
-  readonly inbox?: Inbox;
+  readonly inbox?: InboxProcessor;
   /** Worker mode: stores each read batch in the inbox queue and acks; inbox workers run the handlers. Give this or `inbox`. */
   readonly queue?: InboxQueue;
   /** Receives connection losses, unreadable entries and dead letters (stream ids, event ids and types; never payloads or credentials). Default: silent. */
@@ -106,7 +106,7 @@ export interface ResolvedRedisConsumerOptions {
   readonly maxDeliveries: number;
   readonly stopTimeoutMs: number;
   readonly commandTimeoutMs: number;
-  readonly handler: { readonly kind: 'inbox'; readonly inbox: Inbox } | { readonly kind: 'queue'; readonly queue: InboxQueue };
+  readonly handler: { readonly kind: 'inbox'; readonly inbox: InboxProcessor } | { readonly kind: 'queue'; readonly queue: InboxQueue };
   readonly logger: Logger;
 }
 

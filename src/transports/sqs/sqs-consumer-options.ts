@@ -1,7 +1,7 @@
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import { ConfigError } from '../../core/errors.ts';
 import { resolveConsumerHandler, type ConsumerHandler } from '../../inbox/consumer/consumer-handler.ts';
-import type { Inbox } from '../../inbox/inbox.ts';
+import type { InboxProcessor } from '../../core/inbox-ports.ts';
 import type { InboxQueue } from '../../inbox/inbox-worker.ts';
 import { int, resolveAwsClientOptions, type AwsClientOptions, type ResolvedAwsClientOptions } from './sqs-transport-options.ts';
 
@@ -20,7 +20,7 @@ export interface SqsConsumerOptions extends AwsClientOptions {
   /** The destination of events whose message does not name one. Default: the queue's name. */
   readonly destination?: string;
   /** Handles each event at once: the message is deleted after the handler's transaction committed. Give this or `queue`. */
-  readonly inbox?: Inbox;
+  readonly inbox?: InboxProcessor;
   /** Worker mode: stores what arrives in the inbox queue (a batch per transaction) and deletes; inbox workers run the handlers. Give this or `inbox`. */
   readonly queue?: InboxQueue;
   /**

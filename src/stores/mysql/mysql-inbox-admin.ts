@@ -1,0 +1,152 @@
+import { ConfigError } from '../../core/errors.ts';
+import { canonicalEventId } from '../../core/inbound-event.ts';
+import type { DeadEvent, HeldEvent, InboxConsumerStatus } from '../postgres/postgres-inbox-admin.ts';
+import type { MysqlConnection } from './mysql-connection.ts';
+import { deadlockRetry } from './mysql-errors.ts';
+import { mysqlInboxNames, NOW, type MysqlInboxNames, type MysqlNamesOptions } from './mysql-sql.ts';
+
+export type { DeadEvent, HeldEvent, InboxConsumerStatus } from '../postgres/postgres-inbox-admin.ts';
+
+const num = (v: unknown): number => Number(v ?? 0);
+/** DATETIME(6) text in UTC (the connection's `dateStrings`) or a Date, as a Date. */
+const utc = (v: unknown): Date | null => (v === null || v === undefined ? null : v instanceof Date ? v : new Date(`${String(v).replace(' ', 'T')}Z`));
+const marks = (k: number): string => Array.from({ length: k }, () => '?').join(', ');
+
+type Selector = { ids: readonly string[] } | { all: true; consumer?: string };
+
+/**
+ * Operations on a MySQL or MariaDB inbox table: status, dead and held
+ * events, operator retries (redrive), discards, retention; each retry or
+ * discard is audited in `<table>_audit`. The same operations as
+ * `PostgresInboxAdmin`.
+ */
+export class MysqlInboxAdmin {
+  readonly names: MysqlInboxNames;
+
+  constructor(
+    private readonly db: MysqlConnection,
+    options: MysqlNamesOptions = {},
+  ) {
+    this.names = mysqlInboxNames(options);
+  }
+
+  async status(): Promise<InboxConsumerStatus[]> {
+    const rows = await this.db.query<Record<string, unknown>>(`SELECT consumer,
+        SUM(status = 'processed') AS processed, SUM(status = 'failed') AS failed, SUM(status = 'dead') AS dead,
+        SUM(status = 'held') AS held, SUM(status = 'retry') AS retry,
+        SUM(processed_at > ${NOW} - INTERVAL 1 MINUTE) AS recent,
+        DATE_FORMAT(MAX(processed_at), '%Y-%m-%d %H:%i:%s.%f') AS last
+      FROM ${this.names.inbox} GROUP BY consumer ORDER BY consumer`);
+    return rows.map((r) => ({
+      consumer: String(r.consumer),
+      processed: num(r.processed),
+      failed: num(r.failed),
+      dead: num(r.dead),
+      held: num(r.held),
+      retry: num(r.retry),
+      processedLastMinute: num(r.recent),
+      lastProcessedAt: utc(r.last),
+    }));
+  }
+
+  async listDead(options: { consumer?: string; limit?: number } = {}): Promise<DeadEvent[]> {
+    return (await this.#list('dead', options)).map(({ version: _v, heldAt: _h, ...dead }) => dead);
+  }
+
+  /**
+   * Held events (waiting for an earlier version of their key), oldest first:
+   * `lastError` is the hold reason, `version` the event's version, `heldAt`
+   * when it was last held or re-checked.
+   */
+  listHeld(options: { consumer?: string; limit?: number } = {}): Promise<HeldEvent[]> {
+    return this.#list('held', options);
+  }
+
+  async #list(status: 'dead' | 'held', options: { consumer?: string; limit?: number }): Promise<HeldEvent[]> {
+    const limit = options.limit ?? 100;
+    if (!Number.isSafeInteger(limit) || limit < 1) throw new ConfigError('limit', 'must be a positive integer, e.g. 100');
+    const consumer = options.consumer ?? null;
+    const rows = await this.db.query<Record<string, unknown>>(
+      `SELECT consumer, event_id, type, \`key\`, CAST(version AS CHAR) AS version, attempts, last_error,
+         DATE_FORMAT(received_at, '%Y-%m-%d %H:%i:%s.%f') AS received, DATE_FORMAT(held_at, '%Y-%m-%d %H:%i:%s.%f') AS held
+       FROM ${this.names.inbox} WHERE status = ? AND (? IS NULL OR consumer = ?) ORDER BY received_at LIMIT ?`,
+      [status, consumer, consumer, limit],
+    );
+    return rows.map((r) => ({
+      consumer: String(r.consumer),
+      id: String(r.event_id),
+      type: String(r.type),
+      key: String(r.key),
+      attempts: num(r.attempts),
+      lastError: (r.last_error as string | null) ?? null,
+      receivedAt: utc(r.received)!,
+      version: r.version === null || r.version === undefined ? null : Number(r.version),
+      heldAt: utc(r.held),
+    }));
+  }
+
+  /** Marks dead events for another run; the consumer's inbox picks them up (`inbox.start()` or `redrive()`). Returns the ids changed. */
+  retryDead(selector: Selector, actor: string): Promise<string[]> {
+    return this.#act('retry', 'dead', (where) => `UPDATE ${this.names.inbox} SET status = 'retry', attempts = 0 WHERE ${where}`, selector, actor);
+  }
+
+  /** Marks held events to run again now, like operator retries: one whose missing version was applied is applied, one whose gap is still open is held again. */
+  retryHeld(selector: Selector, actor: string): Promise<string[]> {
+    return this.#act('retry-held', 'held', (where) => `UPDATE ${this.names.inbox} SET status = 'retry' WHERE ${where}`, selector, actor);
+  }
+
+  /** Deletes dead events (their ids stay in the audit table); a later redelivery would run the handler again. */
+  discardDead(selector: Selector, actor: string): Promise<string[]> {
+    return this.#act('discard', 'dead', (where) => `DELETE FROM ${this.names.inbox} WHERE ${where}`, selector, actor);
+  }
+
+  async #act(action: string, status: 'dead' | 'held', change: (where: string) => string, selector: Selector, actor: string): Promise<string[]> {
+    const ids = 'ids' in selector ? selector.ids.map((id) => canonicalEventId(id) ?? id) : null;
+    if (ids !== null && ids.length === 0) throw new ConfigError('ids', 'name at least one event id, or choose all');
+    const consumer = 'all' in selector ? (selector.consumer ?? null) : null;
+    const t = this.names.inbox;
+    return deadlockRetry(() =>
+      this.db.transaction(async (tx) => {
+        const params: unknown[] = [status];
+        let where = 'status = ?';
+        if (ids !== null) {
+          where += ` AND event_id IN (${marks(ids.length)})`;
+          params.push(...ids);
+        }
+        if (consumer !== null) {
+          where += ' AND consumer = ?';
+          params.push(consumer);
+        }
+        const [rows] = (await tx.query(`SELECT consumer, event_id, last_error FROM ${t} WHERE ${where} ORDER BY received_at FOR UPDATE`, params)) as unknown as [
+          { consumer: string; event_id: string; last_error: string | null }[],
+        ];
+        if (rows.length === 0) return [];
+        const keys = rows.map(() => '(consumer = ? AND event_id = ?)').join(' OR ');
+        await tx.query(change(`status = ? AND (${keys})`), [status, ...rows.flatMap((r) => [r.consumer, r.event_id])]);
+        await tx.query(
+          `INSERT INTO ${this.names.audit} (at, action, consumer, event_id, actor, detail) VALUES ${rows.map(() => `(${NOW}, ?, ?, ?, ?, ?)`).join(', ')}`,
+          rows.flatMap((r) => [action, r.consumer, r.event_id, actor, r.last_error]),
+        );
+        return rows.map((r) => r.event_id);
+      }),
+    );
+  }
+
+  /**
+   * Deletes processed rows older than `olderThanMs` in batches. A redelivery
+   * older than that would run its handler again: keep rows longer than any
+   * broker may redeliver.
+   */
+  async prune(olderThanMs: number, batchSize = 5000): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const r = (await this.db.query(`DELETE FROM ${this.names.inbox} WHERE status = 'processed' AND processed_at < ${NOW} - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?`, [
+        Math.round(olderThanMs * 1000),
+        batchSize,
+      ])) as unknown as { affectedRows: number };
+      const n = Number(r.affectedRows);
+      total += n;
+      if (n < batchSize) return total;
+    }
+  }
+}
