@@ -105,6 +105,9 @@ it('outbox, relay and webhook consumer with a MySQL inbox: each committed event 
     const [view] = (await pool.query('SELECT sku, quantity, version FROM stock_view ORDER BY sku')) as unknown as [{ sku: string; quantity: number; version: string }[]];
     assert.deepEqual(view.map((r) => [r.sku, Number(r.quantity), Number(r.version)]), skus.map((s) => [s, 80, 8]));
 
+    // The relay marks an event published after the receiver answered, which is after the handler committed.
+    const published = async (): Promise<number> => Number(((await pool.query(`SELECT COUNT(*) AS n FROM outbox WHERE state = 'published'`)) as unknown as [{ n: number }[]])[0][0]!.n);
+    await waitFor('every committed event marked published', async () => (await published()) === committed.length, 60_000);
     const { copied } = await new MysqlAdmin(connection).replay({ destination: 'stock' }, 'test');
     assert.equal(copied, committed.length);
     await waitFor('the replay delivered and skipped', () => outcomes.length >= committed.length, 60_000);
