@@ -30,6 +30,7 @@ export async function firestoreSkip(): Promise<string | false> {
 /** A Firestore client on the emulator, in a project of its own (`txbox-<name>-<random>`). */
 export function emulatorFirestore(name: string): Firestore {
   process.env.FIRESTORE_EMULATOR_HOST ??= FIRESTORE_HOST;
+  process.env.METADATA_SERVER_DETECTION ??= 'none'; // no probe of the GCE metadata server (a warning on every run)
   const projectId = `txbox-${name}-${randomBytes(4).toString('hex')}`;
   const db = new Firestore({ projectId });
   projects.set(db, projectId);

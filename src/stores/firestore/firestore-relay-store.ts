@@ -13,6 +13,12 @@ export interface FirestoreRelayStoreOptions extends FirestoreNamesOptions {
    * `poll`, polling only.
    */
   readonly wake?: 'listen' | 'poll';
+  /**
+   * Most pending documents one claim reads per group of 30 buckets while it
+   * looks for publishable events past keys held by a parked or backing-off
+   * event (each read is billed). Default: 2000.
+   */
+  readonly maxClaimScan?: number;
 }
 
 /** Firestore's `in` filter takes at most 30 values. */
@@ -76,6 +82,7 @@ export class FirestoreRelayStore implements RelayStore {
   readonly #db: Firestore;
   readonly #cols: FirestoreCollections;
   readonly #wake: 'listen' | 'poll';
+  readonly #maxScan: number;
   readonly #handles = new Map<number, Handle>();
   #nextHandle = 1;
   /** Server time minus local time, from the last read time seen (for retention's cutoff). */
@@ -96,6 +103,9 @@ export class FirestoreRelayStore implements RelayStore {
     this.#db = options.firestore;
     this.#cols = collections(options.firestore, this.names);
     this.#wake = wake;
+    const scan = options.maxClaimScan ?? 2000;
+    if (!Number.isSafeInteger(scan) || scan <= 0) throw new ConfigError('maxClaimScan', `must be a positive integer, got ${String(scan)}`);
+    this.#maxScan = scan;
   }
 
   #saw(readTime: Timestamp): Timestamp {
@@ -182,46 +192,62 @@ export class FirestoreRelayStore implements RelayStore {
   }
 
   /**
-   * Pending events of the leased buckets in outbox order, then the parked
-   * events of their keys, both read at one snapshot (a read-only
-   * transaction), so that an operator's retry between the two reads cannot
-   * let a key's later event pass its earlier one.
+   * Publishable events of the leased buckets, in outbox order. Firestore
+   * cannot ask "no earlier event of its key is parked or backing off", so the
+   * claim reads pending events page by page (per group of 30 buckets, in
+   * order), reads the parked events of the keys it meets, and keeps an event
+   * only when no earlier one of its key is backing off or parked; it pages on
+   * past held keys until it has `limit` events, the buckets are exhausted, or
+   * it read `maxClaimScan` documents of a group. All of it reads one snapshot
+   * (a read-only transaction), so an operator's retry between two reads
+   * cannot let a key's later event pass its earlier one.
    */
   async claim(leases: readonly BucketLease[], options: ClaimOptions): Promise<StoredEvent[]> {
     if (leases.length === 0) return [];
     const skip = new Set(options.skipParkedDestinations);
     const limit = options.limit;
-    const { candidates, parked, now } = await this.#db.runTransaction(
+    const { found, now } = await this.#db.runTransaction(
       async (tx) => {
-        const pending = await Promise.all(
-          chunks(leases.map((l) => l.bucket), IN_LIMIT).map((buckets) =>
-            tx.get(this.#cols.outbox.where('state', '==', 'pending').where('bucket', 'in', buckets).orderBy('ts').orderBy('n').limit(limit)),
-          ),
-        );
-        const candidates = pending.flatMap((s) => s.docs).sort((a, b) => comparePositions(position(a), position(b))).slice(0, limit);
-        const keys = [...new Set(candidates.map((d) => d.get('key') as string))];
-        const parked = (await Promise.all(chunks(keys, IN_LIMIT).map((k) => tx.get(this.#cols.outbox.where('state', '==', 'parked').where('key', 'in', k))))).flatMap((s: QuerySnapshot) => s.docs);
-        return { candidates, parked, now: pending[0]!.readTime };
+        let now: Timestamp | undefined;
+        const group = async (buckets: number[]): Promise<QueryDocumentSnapshot[]> => {
+          const query = this.#cols.outbox.where('state', '==', 'pending').where('bucket', 'in', buckets).orderBy('ts').orderBy('n').limit(limit);
+          const parkedByKey = new Map<string, Position[]>();
+          const blocked = new Set<string>();
+          const out: QueryDocumentSnapshot[] = [];
+          let last: QueryDocumentSnapshot | undefined;
+          for (let scanned = 0; out.length < limit && scanned < this.#maxScan; ) {
+            const page = await tx.get(last ? query.startAfter(last) : query);
+            now ??= page.readTime;
+            scanned += page.size;
+            const fresh = [...new Set(page.docs.map((d) => d.get('key') as string))].filter((k) => !parkedByKey.has(k) && !blocked.has(k));
+            for (const k of fresh) parkedByKey.set(k, []);
+            const parked = await Promise.all(chunks(fresh, IN_LIMIT).map((k) => tx.get(this.#cols.outbox.where('state', '==', 'parked').where('key', 'in', k))));
+            for (const p of parked.flatMap((q: QuerySnapshot) => q.docs)) {
+              if (!skip.has(p.get('destination') as string)) parkedByKey.get(p.get('key') as string)!.push(position(p));
+            }
+            for (const d of page.docs) {
+              const key = d.get('key') as string;
+              if (blocked.has(key)) continue;
+              const here = position(d);
+              if (after(d.get('nextAttemptAt') as Timestamp | null, page.readTime) || parkedByKey.get(key)!.some((p) => comparePositions(p, here) < 0)) {
+                blocked.add(key);
+                continue;
+              }
+              out.push(d);
+            }
+            if (page.size < limit) break;
+            last = page.docs[page.size - 1];
+          }
+          return out;
+        };
+        const groups = await Promise.all(chunks(leases.map((l) => l.bucket), IN_LIMIT).map(group));
+        return { found: groups.flat().sort((a, b) => comparePositions(position(a), position(b))).slice(0, limit), now };
       },
       { readOnly: true },
     );
-    this.#saw(now);
-    const parkedByKey = new Map<string, Position[]>();
-    for (const p of parked) {
-      if (skip.has(p.get('destination') as string)) continue;
-      const key = p.get('key') as string;
-      parkedByKey.set(key, [...(parkedByKey.get(key) ?? []), position(p)]);
-    }
-    const blocked = new Set<string>();
+    if (now) this.#saw(now);
     const out: StoredEvent[] = [];
-    for (const d of candidates) {
-      const key = d.get('key') as string;
-      if (blocked.has(key)) continue;
-      const here = position(d);
-      if (after(d.get('nextAttemptAt') as Timestamp | null, now) || (parkedByKey.get(key) ?? []).some((p) => comparePositions(p, here) < 0)) {
-        blocked.add(key);
-        continue;
-      }
+    for (const d of found) {
       const seq = this.#nextHandle++;
       this.#handles.set(seq, { ref: d.ref, bucket: Number(d.get('bucket')) });
       out.push(toEvent(d, seq));
@@ -304,14 +330,13 @@ export class FirestoreRelayStore implements RelayStore {
 
   #listen(): void {
     if (this.#unsubscribe || this.#closed || performance.now() - this.#listenFailedAt < RELISTEN_MS) return;
-    let first = true;
+    // The first snapshot counts too: an event committed between the claim and the listener's start is then not left for the poll.
     this.#unsubscribe = this.#cols.outbox
       .where('state', '==', 'pending')
       .orderBy('ts', 'desc')
       .limit(1)
       .onSnapshot(
         () => {
-          if (first) return void (first = false);
           this.#wakeups++;
           for (const w of [...this.#waiters]) w();
         },
