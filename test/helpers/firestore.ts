@@ -46,11 +46,10 @@ export async function dropFirestore(db: Firestore): Promise<void> {
   await res.arrayBuffer();
 }
 
-const position = (d: QueryDocumentSnapshot) => [d.get('ts').seconds, d.get('ts').nanoseconds, d.get('n'), d.id] as const;
+/** Outbox order: commit time, then the UUIDv7 document id (as the store orders). */
 function byPosition(a: QueryDocumentSnapshot, b: QueryDocumentSnapshot): number {
-  const [x, y] = [position(a), position(b)];
-  for (let i = 0; i < 3; i++) if (x[i] !== y[i]) return (x[i] as number) - (y[i] as number);
-  return x[3] < y[3] ? -1 : x[3] > y[3] ? 1 : 0;
+  const [x, y] = [a.get('ts'), b.get('ts')];
+  return x.seconds - y.seconds || x.nanoseconds - y.nanoseconds || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
 }
 
 /** The store conformance suite's namespace: a project of its own on the emulator, an `effects` collection for the business writes. */

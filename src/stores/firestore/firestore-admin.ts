@@ -4,7 +4,7 @@ import { uuidv7 } from '../../core/uuid.ts';
 import { collections, comparePositions, firestoreNames, type FirestoreCollections, type FirestoreNames, type FirestoreNamesOptions } from './firestore-names.ts';
 
 export interface FirestoreParkedEvent {
-  /** The event document's id (the outbox position lives in its `ts` and `n`). */
+  /** The event document's id (a UUIDv7; the outbox position is its `ts`, then this id). */
   readonly docId: string;
   readonly id: string;
   readonly type: string;
@@ -113,7 +113,7 @@ export class FirestoreAdmin {
    * Re-publishes published events matching `filter` as new deliveries with
    * their original ids, appended in their original order after whatever is
    * pending (each batch commits after the previous one, and a batch's copies
-   * keep their order in `n`), `chunk` documents per batch (at most 250).
+   * keep their order in their UUIDv7 ids), `chunk` documents per batch (at most 250).
    */
   async replay(filter: FirestoreReplayFilter, actor: string, onProgress?: (copied: number) => void, chunk = 250): Promise<{ replayId: string; copied: number }> {
     const replayId = uuidv7();
@@ -125,13 +125,12 @@ export class FirestoreAdmin {
     let copied = 0;
     for (let i = 0; i < docs.length; i += Math.min(chunk, 250)) {
       const batch = this.#db.batch();
-      docs.slice(i, i + Math.min(chunk, 250)).forEach((d, n) => {
+      docs.slice(i, i + Math.min(chunk, 250)).forEach((d) => {
         const data = d.data();
-        batch.set(this.#cols.outbox.doc(), {
+        batch.set(this.#cols.outbox.doc(uuidv7()), {
           ...data,
           headers: { ...(data.headers as Record<string, string>), 'txbox-replay-id': replayId },
           ts: FieldValue.serverTimestamp(),
-          n,
           state: 'pending',
           attempts: 0,
           nextAttemptAt: null,
@@ -151,5 +150,5 @@ export class FirestoreAdmin {
 }
 
 function sortByPosition(docs: QueryDocumentSnapshot[]): QueryDocumentSnapshot[] {
-  return docs.sort((a, b) => comparePositions({ ts: a.get('ts'), n: Number(a.get('n')), docId: a.id }, { ts: b.get('ts'), n: Number(b.get('n')), docId: b.id }));
+  return docs.sort((a, b) => comparePositions({ ts: a.get('ts'), docId: a.id }, { ts: b.get('ts'), docId: b.id }));
 }

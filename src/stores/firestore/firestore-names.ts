@@ -50,17 +50,18 @@ export function bucketOf(key: string): number {
 
 /**
  * An event's place in outbox order: `ts`, its transaction's commit time
- * (a server timestamp), then `n`, its place among the events written in that
- * transaction, then the document id.
+ * (a server timestamp), then the document id, a UUIDv7 made at `enqueue`
+ * (increasing within a process, so the events of one transaction, and of
+ * one process's transactions that commit in the same instant, keep the
+ * order they were written in). Firestore orders a query by the same two.
  */
 export interface Position {
   readonly ts: Timestamp;
-  readonly n: number;
   readonly docId: string;
 }
 
 export function comparePositions(a: Position, b: Position): number {
-  return a.ts.seconds - b.ts.seconds || a.ts.nanoseconds - b.ts.nanoseconds || a.n - b.n || (a.docId < b.docId ? -1 : a.docId > b.docId ? 1 : 0);
+  return a.ts.seconds - b.ts.seconds || a.ts.nanoseconds - b.ts.nanoseconds || (a.docId < b.docId ? -1 : a.docId > b.docId ? 1 : 0);
 }
 
 /** Largest document Firestore stores (1 MiB less 4 bytes), and what the event's other fields and the field names may take of it. */

@@ -1,6 +1,7 @@
 import { FieldValue, Timestamp, type DocumentReference, type Firestore, type Transaction, type WriteBatch } from '@google-cloud/firestore';
 import { ConfigError, PayloadTooLargeError } from '../../core/errors.ts';
 import type { OutboxStore, PreparedEvent, TransactionProblem } from '../../core/ports.ts';
+import { uuidv7 } from '../../core/uuid.ts';
 import { bucketOf, collections, DOCUMENT_OVERHEAD_BYTES, firestoreNames, MAX_DOCUMENT_BYTES, type FirestoreCollections, type FirestoreNames, type FirestoreNamesOptions } from './firestore-names.ts';
 
 /**
@@ -23,8 +24,9 @@ const encoder = new TextEncoder();
  * the events exist exactly when the caller's transaction commits.
  *
  * Outbox order is commit order: each event carries `ts`, a server timestamp
- * that Firestore fills in with its transaction's commit time, and `n`, its
- * place among the events of that transaction. Two transactions that write the
+ * that Firestore fills in with its transaction's commit time, and its
+ * document id is a UUIDv7 made here, which orders the events of one
+ * transaction (and ties). Two transactions that write the
  * same document (the aggregate) commit one after the other with increasing
  * commit times, so one aggregate's events are ordered as its writes were
  * (docs/stores/firestore.md#per-key-order). No counter document, no extra
@@ -41,8 +43,6 @@ const encoder = new TextEncoder();
 export class FirestoreOutboxStore implements OutboxStore<FirestoreTx> {
   readonly names: FirestoreNames;
   readonly #cols: FirestoreCollections;
-  /** Events already written through each transaction, so that several `enqueue` calls in one transaction keep their order. */
-  readonly #written = new WeakMap<object, number>();
 
   constructor(options: FirestoreOutboxStoreOptions) {
     if (!options?.firestore || typeof (options.firestore as { collection?: unknown }).collection !== 'function') {
@@ -55,15 +55,13 @@ export class FirestoreOutboxStore implements OutboxStore<FirestoreTx> {
   async insert(tx: FirestoreTx, events: readonly PreparedEvent[]): Promise<void> {
     if (events.length === 0) return;
     const docs: [DocumentReference, Record<string, unknown>][] = [];
-    const first = this.#written.get(tx) ?? 0;
     events.forEach((e, i) => {
       const bytes = encoder.encode(e.payloadJson).length + encoder.encode(JSON.stringify(e.headers)).length;
       if (bytes > MAX_DOCUMENT_BYTES - DOCUMENT_OVERHEAD_BYTES) {
         throw new PayloadTooLargeError(events.length === 1 ? 'event.payload' : `events[${i}].payload`, bytes, MAX_DOCUMENT_BYTES - DOCUMENT_OVERHEAD_BYTES);
       }
-      docs.push([this.#cols.outbox.doc(), eventDocument(e, first + i)]);
+      docs.push([this.#cols.outbox.doc(uuidv7()), eventDocument(e)]);
     });
-    this.#written.set(tx, first + events.length);
     const target = tx as { set(ref: DocumentReference, data: Record<string, unknown>): unknown };
     if (isFirestore(tx)) {
       // allowAutocommit: the events commit on their own, in one batch.
@@ -98,7 +96,7 @@ function isFirestore(value: unknown): boolean {
 }
 
 /** The document of one event (docs/stores/firestore.md#documents). */
-export function eventDocument(e: PreparedEvent, n: number, extra: Record<string, unknown> = {}): Record<string, unknown> {
+export function eventDocument(e: PreparedEvent, extra: Record<string, unknown> = {}): Record<string, unknown> {
   return {
     id: e.id,
     type: e.type,
@@ -112,7 +110,6 @@ export function eventDocument(e: PreparedEvent, n: number, extra: Record<string,
     occurredAt: Timestamp.fromDate(e.occurredAt),
     version: e.version,
     ts: FieldValue.serverTimestamp(),
-    n,
     state: 'pending',
     attempts: 0,
     nextAttemptAt: null,

@@ -1,4 +1,4 @@
-import { FieldValue, Timestamp, type DocumentReference, type DocumentSnapshot, type Firestore, type QueryDocumentSnapshot, type QuerySnapshot } from '@google-cloud/firestore';
+import { FieldPath, FieldValue, Timestamp, type DocumentReference, type DocumentSnapshot, type Firestore, type QueryDocumentSnapshot, type QuerySnapshot } from '@google-cloud/firestore';
 import type { StoredEvent } from '../../core/envelope.ts';
 import { ConfigError } from '../../core/errors.ts';
 import type { BucketLease, ClaimOptions, Completion, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
@@ -56,7 +56,7 @@ export const plus = (t: Timestamp, ms: number): Timestamp => {
 
 const after = (a: Timestamp | null | undefined, b: Timestamp): boolean => a != null && (a.seconds > b.seconds || (a.seconds === b.seconds && a.nanoseconds > b.nanoseconds));
 
-const position = (d: QueryDocumentSnapshot): Position => ({ ts: d.get('ts') as Timestamp, n: Number(d.get('n')), docId: d.id });
+const position = (d: QueryDocumentSnapshot): Position => ({ ts: d.get('ts') as Timestamp, docId: d.id });
 
 /**
  * The relay side of a Firestore outbox. Buckets are 256 documents
@@ -70,7 +70,7 @@ const position = (d: QueryDocumentSnapshot): Position => ({ ts: d.get('ts') as T
  *
  * `seq` of a claimed event is a handle of this store instance, increasing in
  * outbox order within a claim (Firestore has no sequences; the order lives in
- * the documents' commit time `ts` and `n`). Complete events with the store
+ * the documents' commit time `ts` and their UUIDv7 ids). Complete events with the store
  * that claimed them.
  *
  * @example
@@ -210,7 +210,7 @@ export class FirestoreRelayStore implements RelayStore {
       async (tx) => {
         let now: Timestamp | undefined;
         const group = async (buckets: number[]): Promise<QueryDocumentSnapshot[]> => {
-          const query = this.#cols.outbox.where('state', '==', 'pending').where('bucket', 'in', buckets).orderBy('ts').orderBy('n').limit(limit);
+          const query = this.#cols.outbox.where('state', '==', 'pending').where('bucket', 'in', buckets).orderBy('ts').orderBy(FieldPath.documentId()).limit(limit);
           const parkedByKey = new Map<string, Position[]>();
           const blocked = new Set<string>();
           const out: QueryDocumentSnapshot[] = [];
