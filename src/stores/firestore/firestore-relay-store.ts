@@ -196,9 +196,9 @@ export class FirestoreRelayStore implements RelayStore {
    * cannot ask "no earlier event of its key is parked or backing off", so the
    * claim reads pending events page by page (per group of 30 buckets, in
    * order), reads the parked events of the keys it meets, and keeps an event
-   * only when no earlier one of its key is backing off or parked; it pages on
-   * past held keys until it has `limit` events, the buckets are exhausted, or
-   * it read `maxClaimScan` documents of a group. All of it reads one snapshot
+   * only when no earlier one of its key is backing off or parked; each group
+   * pages on past held keys until it has its share of `limit`, it is
+   * exhausted, or it read `maxClaimScan` documents. All of it reads one snapshot
    * (a read-only transaction), so an operator's retry between two reads
    * cannot let a key's later event pass its earlier one.
    */
@@ -209,13 +209,16 @@ export class FirestoreRelayStore implements RelayStore {
     const { found, now } = await this.#db.runTransaction(
       async (tx) => {
         let now: Timestamp | undefined;
+        const groups = chunks(leases.map((l) => l.bucket), IN_LIMIT);
+        // Each group looks for its share of `limit`: a claim reads about `limit` documents, not `limit` per group.
+        const share = Math.ceil(limit / groups.length);
         const group = async (buckets: number[]): Promise<QueryDocumentSnapshot[]> => {
-          const query = this.#cols.outbox.where('state', '==', 'pending').where('bucket', 'in', buckets).orderBy('ts').orderBy(FieldPath.documentId()).limit(limit);
+          const query = this.#cols.outbox.where('state', '==', 'pending').where('bucket', 'in', buckets).orderBy('ts').orderBy(FieldPath.documentId()).limit(share);
           const parkedByKey = new Map<string, Position[]>();
           const blocked = new Set<string>();
           const out: QueryDocumentSnapshot[] = [];
           let last: QueryDocumentSnapshot | undefined;
-          for (let scanned = 0; out.length < limit && scanned < this.#maxScan; ) {
+          for (let scanned = 0; out.length < share && scanned < this.#maxScan; ) {
             const page = await tx.get(last ? query.startAfter(last) : query);
             now ??= page.readTime;
             scanned += page.size;
@@ -235,13 +238,13 @@ export class FirestoreRelayStore implements RelayStore {
               }
               out.push(d);
             }
-            if (page.size < limit) break;
+            if (page.size < share) break;
             last = page.docs[page.size - 1];
           }
           return out;
         };
-        const groups = await Promise.all(chunks(leases.map((l) => l.bucket), IN_LIMIT).map(group));
-        return { found: groups.flat().sort((a, b) => comparePositions(position(a), position(b))).slice(0, limit), now };
+        const found = await Promise.all(groups.map(group));
+        return { found: found.flat().sort((a, b) => comparePositions(position(a), position(b))).slice(0, limit), now };
       },
       { readOnly: true },
     );
