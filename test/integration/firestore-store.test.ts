@@ -7,8 +7,8 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Firestore } from '@google-cloud/firestore';
-import { ConfigError, createOutbox, createRelay, defineEvent, payloadType, PayloadTooLargeError, TransportError, type Relay } from 'txbox';
+import type { Firestore, Transaction } from '@google-cloud/firestore';
+import { ConfigError, createOutbox, createRelay, defineEvent, InvalidEventError, payloadType, PayloadTooLargeError, TransportError, type Relay } from 'txbox';
 import { checkDeliveries, RecordingTransport } from 'txbox/testing';
 import { FirestoreOutboxStore, FirestoreRelayStore } from '../../src/stores/firestore/index.ts';
 import { dropFirestore, emulatorFirestore, firestoreSkip } from '../helpers/firestore.ts';
@@ -141,6 +141,27 @@ describe('firestore store', { skip, timeout: 240_000 }, () => {
     } finally {
       await stopAll();
     }
+  });
+
+  it('a Transaction whose callback already returned (committed or rolled back) is refused, not written into nothing', async () => {
+    let kept: Transaction | undefined;
+    await db.runTransaction(async (tx) => {
+      await tx.get(db.collection('accounts').doc('late'));
+      kept = tx;
+    });
+    await assert.rejects(outbox.enqueue(kept!, Changed({ aggregateId: 'late', payload: { n: 1 } })), (err: unknown) => err instanceof InvalidEventError && /already committed or rolled back/.test(err.message));
+    await assert.rejects(
+      db.runTransaction(async (tx) => {
+        await tx.get(db.collection('accounts').doc('late'));
+        kept = tx;
+        throw new Error('business rule failed');
+      }),
+      /business rule failed/,
+    );
+    await assert.rejects(outbox.enqueue(kept!, Changed({ aggregateId: 'late', payload: { n: 2 } })), /already committed or rolled back/);
+    const batch = db.batch();
+    await batch.commit();
+    await assert.rejects(outbox.enqueue(batch, Changed({ aggregateId: 'late', payload: { n: 3 } })), /committed/);
   });
 
   it('backlog counts pending and parked events', async () => {

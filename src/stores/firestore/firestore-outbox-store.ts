@@ -86,8 +86,28 @@ export class FirestoreOutboxStore implements OutboxStore<FirestoreTx> {
     if (!writes || (typeof t.get !== 'function' && typeof t.commit !== 'function')) {
       return { kind: 'invalid', message: 'is not a Firestore Transaction or WriteBatch: pass the tx of firestore.runTransaction(async (tx) => ...), or a firestore.batch() you commit yourself' };
     }
+    if (finishedTransaction(tx)) {
+      return {
+        kind: 'invalid',
+        message: 'is a Transaction that already committed or rolled back (its runTransaction callback returned or threw): Firestore would drop the events without an error. Call enqueue inside the callback and await it there',
+      };
+    }
     return undefined;
   }
+}
+
+/**
+ * A Transaction whose attempt ended: it had begun on the server (a read) and
+ * then committed or rolled back, and no read began it again. Read from
+ * @google-cloud/firestore 8.x's private fields (no public state says it; a
+ * write-only transaction that ended cannot be told apart from a fresh one).
+ * A retried attempt is not taken for it: Firestore allows reads only before
+ * writes, so by the time an attempt that reads calls enqueue, its first read
+ * has begun it again.
+ */
+function finishedTransaction(tx: unknown): boolean {
+  const t = tx as { get?: unknown; _writeBatch?: unknown; _transactionIdPromise?: unknown; _prevTransactionId?: unknown };
+  return typeof t.get === 'function' && t._writeBatch !== undefined && t._prevTransactionId !== undefined && t._transactionIdPromise === undefined;
 }
 
 function isFirestore(value: unknown): boolean {
