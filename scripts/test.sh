@@ -9,6 +9,8 @@ bash scripts/services.sh
 bash scripts/kafka/up.sh
 # Google's Pub/Sub emulator, where the google-cloud-cli installed it (the Pub/Sub tests skip without it).
 if [ -x /usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator ]; then bash scripts/pubsub/up.sh; fi
+# Google's Firestore emulator, likewise (the Firestore store's tests skip without it).
+if [ -x /usr/lib/google-cloud-sdk/platform/cloud-firestore-emulator/cloud_firestore_emulator ]; then bash scripts/firestore/up.sh; fi
 bash scripts/sqs/up.sh
 bash scripts/tools.sh
 

@@ -8,10 +8,12 @@
 import { it } from 'node:test';
 import assert from 'node:assert/strict';
 import type pg from 'pg';
-import { createInbox, createOutbox, defineEvent, payloadType, InvalidEventError, type InboxStore, type OutboxStore, type PreparedEvent, type SqlExecutor } from 'txbox';
+import { createInbox, createOutbox, defineEvent, payloadType, InvalidEventError, NotInTransactionError, type InboxStore, type OutboxStore, type PreparedEvent, type SqlExecutor } from 'txbox';
 import { PostgresOutboxStore } from 'txbox/postgres';
 import type { PoolConnection } from 'mysql2/promise';
 import { MysqlOutboxStore } from '../../src/stores/mysql/index.ts';
+import { Firestore, type Transaction, type WriteBatch } from '@google-cloud/firestore';
+import { FirestoreOutboxStore } from '../../src/stores/firestore/index.ts';
 
 const E = defineEvent({ type: 'E', aggregateType: 'A', destination: 'd', payload: payloadType<{ n: number }>() });
 
@@ -72,4 +74,22 @@ it('the MySQL store takes a mysql2 connection; a pg client does not compile and 
   await assert.rejects(outbox.enqueue(pgClient, E({ aggregateId: 1, payload: { n: 1 } })), (err: unknown) => err instanceof InvalidEventError && /mysql2 connection/.test(err.message));
   const pool = { query: async () => [[], []], beginTransaction: async () => {}, getConnection: async () => ({}) } as unknown as PoolConnection; // a Pool's shape: getConnection without release
   await assert.rejects(outbox.enqueue(pool, E({ aggregateId: 1, payload: { n: 1 } })), /mysql2 Pool, not a transaction/);
+});
+
+it('the Firestore store takes a Transaction or a WriteBatch; a pg client does not compile and is refused at run time, the Firestore instance is autocommit', async () => {
+  // No connection is made: the client connects lazily, and nothing here reaches the network.
+  const firestore = new Firestore({ projectId: 'txbox-types' });
+  const outbox = createOutbox({ store: new FirestoreOutboxStore({ firestore }), events: [E] });
+  const inTx: (tx: Transaction) => Promise<string[]> = (tx) => outbox.enqueue(tx, E({ aggregateId: 1, payload: { n: 1 } }));
+  const inBatch: (batch: WriteBatch) => Promise<string[]> = (batch) => outbox.enqueue(batch, E({ aggregateId: 1, payload: { n: 1 } }));
+  assert.equal(typeof inTx, 'function');
+  assert.equal(typeof inBatch, 'function');
+  const pgClient = { query: async () => ({ rows: [] }), getTransactionStatus: () => 'T' } as unknown as pg.PoolClient;
+  // @ts-expect-error a pg client is not a Firestore transaction
+  await assert.rejects(outbox.enqueue(pgClient, E({ aggregateId: 1, payload: { n: 1 } })), (err: unknown) => err instanceof InvalidEventError && /not a Firestore Transaction or WriteBatch/.test(err.message));
+  // @ts-expect-error the Firestore instance is not a transaction either
+  await assert.rejects(outbox.enqueue(firestore, E({ aggregateId: 1, payload: { n: 1 } })), (err: unknown) => err instanceof NotInTransactionError && /runTransaction/.test(err.message));
+  const batch = firestore.batch();
+  assert.deepEqual((await outbox.enqueue(batch, E({ aggregateId: 1, payload: { n: 1 } }))).length, 1, 'a WriteBatch takes the events (written when it commits; this one never does)');
+  await firestore.terminate();
 });

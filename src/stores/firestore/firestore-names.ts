@@ -1,0 +1,69 @@
+/**
+ * Collection names of the Firestore backend, the bucket of a key, and the
+ * outbox position. Names are validated (letters, digits, underscores), so
+ * no configuration value can reach another path of the database.
+ */
+import { crc32 } from 'node:zlib';
+import type { CollectionReference, Firestore, Timestamp } from '@google-cloud/firestore';
+import { ConfigError } from '../../core/errors.ts';
+import { checkIdentifier } from '../../core/identifiers.ts';
+
+export interface FirestoreNamesOptions {
+  /** The outbox collection (top level); the buckets, relays and audit collections take it as a prefix. Default: `txbox_outbox`. */
+  readonly collection?: string;
+}
+
+export interface FirestoreNames {
+  readonly collection: string;
+  readonly outbox: string;
+  readonly buckets: string;
+  readonly relays: string;
+  readonly audit: string;
+}
+
+/** Validates the names (`collection` named in the error). Firestore allows more, but these also read well in logs and URLs. */
+export function firestoreNames(options: FirestoreNamesOptions = {}): FirestoreNames {
+  const collection = checkIdentifier('collection', options.collection ?? 'txbox_outbox', 100);
+  if (/^__.*__$/.test(collection)) throw new ConfigError('collection', `${JSON.stringify(collection)} is reserved by Firestore (names matching __.*__); choose another, e.g. "txbox_outbox"`);
+  return Object.freeze({ collection, outbox: collection, buckets: `${collection}_buckets`, relays: `${collection}_relays`, audit: `${collection}_audit` });
+}
+
+/** The collections, bound to one Firestore instance. */
+export interface FirestoreCollections {
+  readonly outbox: CollectionReference;
+  readonly buckets: CollectionReference;
+  readonly relays: CollectionReference;
+  readonly audit: CollectionReference;
+}
+
+export function collections(db: Firestore, names: FirestoreNames): FirestoreCollections {
+  return { outbox: db.collection(names.outbox), buckets: db.collection(names.buckets), relays: db.collection(names.relays), audit: db.collection(names.audit) };
+}
+
+/** Buckets relays share (as on the SQL stores). */
+export const BUCKETS = 256;
+
+/** The bucket of a key: CRC-32 of its UTF-8 bytes, low 8 bits (the MySQL store's `CRC32(key) & 255`). */
+export function bucketOf(key: string): number {
+  return crc32(key) & 255;
+}
+
+/**
+ * An event's place in outbox order: `ts`, its transaction's commit time
+ * (a server timestamp), then the document id, a UUIDv7 made at `enqueue`
+ * (increasing within a process, so the events of one transaction, and of
+ * one process's transactions that commit in the same instant, keep the
+ * order they were written in). Firestore orders a query by the same two.
+ */
+export interface Position {
+  readonly ts: Timestamp;
+  readonly docId: string;
+}
+
+export function comparePositions(a: Position, b: Position): number {
+  return a.ts.seconds - b.ts.seconds || a.ts.nanoseconds - b.ts.nanoseconds || (a.docId < b.docId ? -1 : a.docId > b.docId ? 1 : 0);
+}
+
+/** Largest document Firestore stores (1 MiB less 4 bytes), and what the event's other fields and the field names may take of it. */
+export const MAX_DOCUMENT_BYTES = 1_048_572;
+export const DOCUMENT_OVERHEAD_BYTES = 16_384;

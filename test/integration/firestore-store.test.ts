@@ -1,0 +1,192 @@
+/**
+ * The Firestore store beyond the conformance suite, on Google's Firestore
+ * emulator (scripts/firestore/up.sh; skipped when it is not installed): the
+ * write through a Transaction and a WriteBatch, per-key order among
+ * concurrent writers of one aggregate, claims that page past held keys, the
+ * snapshot-listener wake-up, and the errors that name the field.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Firestore, Transaction } from '@google-cloud/firestore';
+import { ConfigError, createOutbox, createRelay, defineEvent, InvalidEventError, payloadType, PayloadTooLargeError, TransportError, type Relay } from 'txbox';
+import { checkDeliveries, RecordingTransport } from 'txbox/testing';
+import { FirestoreOutboxStore, FirestoreRelayStore } from '../../src/stores/firestore/index.ts';
+import { dropFirestore, emulatorFirestore, firestoreSkip } from '../helpers/firestore.ts';
+import { waitFor } from '../helpers/wait.ts';
+
+const Changed = defineEvent({ type: 'Changed', aggregateType: 'Acct', destination: 'accounts', payload: payloadType<{ n: number }>() });
+const Poison = defineEvent({ type: 'Poison', aggregateType: 'Acct', destination: 'poison', payload: payloadType<{ n: number }>() });
+
+const skip = await firestoreSkip();
+
+describe('firestore store', { skip, timeout: 240_000 }, () => {
+  let db: Firestore;
+  let outbox: ReturnType<typeof createOutbox<import('../../src/stores/firestore/index.ts').FirestoreTx>>;
+  const open: { relays: Relay[]; stores: FirestoreRelayStore[] } = { relays: [], stores: [] };
+  const relay = (transport: RecordingTransport, options: Partial<Parameters<typeof createRelay>[0]> & { wake?: 'listen' | 'poll' } = {}) => {
+    const { wake, ...rest } = options;
+    const store = new FirestoreRelayStore({ firestore: db, ...(wake ? { wake } : {}) });
+    const r = createRelay({ store, transport, pollIntervalMs: 50, leaseTtlMs: 5000, retention: false, metrics: false, ...rest });
+    open.stores.push(store);
+    open.relays.push(r);
+    return { relay: r, store };
+  };
+  const stopAll = async () => {
+    await Promise.all(open.relays.splice(0).map((r) => r.stop()));
+    await Promise.all(open.stores.splice(0).map((s) => s.close()));
+  };
+  const states = async (ids: readonly string[]) => {
+    const docs = (await db.collection('txbox_outbox').get()).docs;
+    return new Map(docs.filter((d) => ids.includes(d.get('id'))).map((d) => [d.get('id') as string, d.get('state') as string]));
+  };
+
+  before(() => {
+    db = emulatorFirestore('store');
+    outbox = createOutbox({ store: new FirestoreOutboxStore({ firestore: db }), events: [Changed, Poison] });
+  });
+  after(async () => {
+    await stopAll();
+    await dropFirestore(db);
+  });
+
+  for (const [lanes, how] of [[1, 'one query over its 256 buckets'], [8, 'groups of 30 buckets (32 a lane)']] as const) {
+    it(`a claim pages past the events held behind a parked one, so the keys after them are not starved (${how})`, async () => {
+      // A poison event parks; 60 events of its key wait behind it, all earlier in outbox order than another key's event.
+      const [poison] = await db.runTransaction((tx) => outbox.enqueue(tx, Poison({ aggregateId: `stuck-${lanes}`, payload: { n: 0 } })));
+      for (let i = 0; i < 3; i++) await db.runTransaction((tx) => outbox.enqueue(tx, Array.from({ length: 20 }, (_, k) => Changed({ aggregateId: `stuck-${lanes}`, payload: { n: i * 20 + k } }))));
+      const transport = new RecordingTransport({ fail: (e) => (e.destination === 'poison' ? new TransportError('permanent', 'HTTP 400') : undefined) });
+      const { relay: r } = relay(transport, { batchSize: 10, lanes });
+      await r.start();
+      try {
+        await waitFor('the poison event parked', async () => (await states([poison!])).get(poison!) === 'parked', 30_000);
+        const [free] = await db.runTransaction((tx) => outbox.enqueue(tx, Changed({ aggregateId: `free-${lanes}`, payload: { n: 1 } })));
+        await waitFor('the other key published past the 60 held events', () => transport.acked.some((e) => e.id === free), 30_000);
+        assert.equal(transport.acked.filter((e) => e.key === `Acct:stuck-${lanes}`).length, 0, 'the held key stays held');
+      } finally {
+        await stopAll();
+      }
+    });
+  }
+
+  it('one aggregate written by concurrent transactions: its events are published in the order its writes committed', async () => {
+    const accounts = db.collection('accounts');
+    const committed = new Map<string, string[]>();
+    const writer = async (w: number) => {
+      for (let i = 0; i < 6; i++) {
+        const acct = `acct-${(w + i) % 3}`;
+        // Read-modify-write of the aggregate, as an app does; the version it reads orders its event.
+        const [version, id] = await db.runTransaction(
+          async (tx) => {
+            const snap = await tx.get(accounts.doc(acct));
+            const version = ((snap.get('version') as number | undefined) ?? 0) + 1;
+            tx.set(accounts.doc(acct), { version });
+            const [id] = await outbox.enqueue(tx, Changed({ aggregateId: acct, version, payload: { n: version } }));
+            return [version, id!] as const;
+          },
+          { maxAttempts: 100 },
+        );
+        const list = committed.get(`Acct:${acct}`) ?? [];
+        list[version - 1] = id;
+        committed.set(`Acct:${acct}`, list);
+      }
+    };
+    const transport = new RecordingTransport();
+    await relay(transport, { batchSize: 7 }).relay.start();
+    try {
+      await Promise.all(Array.from({ length: 6 }, (_, w) => writer(w)));
+      await waitFor('36 events acked', () => transport.acked.filter((e) => e.key.startsWith('Acct:acct-')).length >= 36, 60_000);
+      const report = checkDeliveries(committed, transport.acked.filter((e) => e.key.startsWith('Acct:acct-')));
+      assert.deepEqual([report.lost, report.phantom, report.orderViolations], [0, 0, 0]);
+      for (const [key, ids] of committed) assert.deepEqual(transport.acked.filter((e) => e.key === key).map((e) => e.version), ids.map((_, i) => i + 1), key);
+    } finally {
+      await stopAll();
+    }
+  });
+
+  it('a WriteBatch takes the events with the business writes: nothing until it commits, then published in order', async () => {
+    const batch = db.batch();
+    batch.set(db.collection('accounts').doc('batch-1'), { opened: true });
+    const ids = await outbox.enqueue(batch, [Changed({ aggregateId: 'batch-1', payload: { n: 1 } }), Changed({ aggregateId: 'batch-1', payload: { n: 2 } })]);
+    const more = await outbox.enqueue(batch, Changed({ aggregateId: 'batch-1', payload: { n: 3 } }));
+    assert.equal((await states(ids)).size, 0, 'nothing is written before the batch commits');
+    await batch.commit();
+    const abandoned = db.batch();
+    const lost = await outbox.enqueue(abandoned, Changed({ aggregateId: 'batch-2', payload: { n: 1 } }));
+    const transport = new RecordingTransport();
+    await relay(transport).relay.start();
+    try {
+      await waitFor('the batch published', () => transport.acked.filter((e) => e.key === 'Acct:batch-1').length === 3, 30_000);
+      assert.deepEqual(transport.acked.filter((e) => e.key === 'Acct:batch-1').map((e) => e.id), [...ids, ...more], 'two enqueue calls in one batch keep their order');
+      assert.equal((await states(lost)).size, 0, 'a batch never committed wrote nothing');
+      assert.equal((await db.collection('accounts').doc('batch-1').get()).get('opened'), true);
+    } finally {
+      await stopAll();
+    }
+  });
+
+  it('an idle relay is woken by the snapshot listener long before its poll; with wake: "poll" the store hears nothing', async () => {
+    const transport = new RecordingTransport();
+    const { relay: r, store } = relay(transport, { pollIntervalMs: 600_000, minPollIntervalMs: 600_000 });
+    const { relay: p, store: polling } = relay(new RecordingTransport(), { pollIntervalMs: 600_000, minPollIntervalMs: 600_000, wake: 'poll' });
+    await r.start();
+    await p.start();
+    try {
+      await waitFor('the listener attached (its first snapshot counts)', () => store.wakeups() >= 1, 30_000);
+      const heard = store.wakeups();
+      const [id] = await db.runTransaction((tx) => outbox.enqueue(tx, Changed({ aggregateId: 'wake-1', payload: { n: 1 } })));
+      // The poll is ten minutes away: only a wake-up can publish it within the wait.
+      await waitFor('published after a wake-up', () => transport.acked.some((e) => e.id === id), 60_000);
+      assert.ok(store.wakeups() > heard, 'the listener counted the commit');
+      assert.equal(polling.wakeups(), 0);
+    } finally {
+      await stopAll();
+    }
+  });
+
+  it('a Transaction whose callback already returned (committed or rolled back) is refused, not written into nothing', async () => {
+    let kept: Transaction | undefined;
+    await db.runTransaction(async (tx) => {
+      await tx.get(db.collection('accounts').doc('late'));
+      kept = tx;
+    });
+    await assert.rejects(outbox.enqueue(kept!, Changed({ aggregateId: 'late', payload: { n: 1 } })), (err: unknown) => err instanceof InvalidEventError && /already committed or rolled back/.test(err.message));
+    await assert.rejects(
+      db.runTransaction(async (tx) => {
+        await tx.get(db.collection('accounts').doc('late'));
+        kept = tx;
+        throw new Error('business rule failed');
+      }),
+      /business rule failed/,
+    );
+    await assert.rejects(outbox.enqueue(kept!, Changed({ aggregateId: 'late', payload: { n: 2 } })), /already committed or rolled back/);
+    const batch = db.batch();
+    await batch.commit();
+    await assert.rejects(outbox.enqueue(batch, Changed({ aggregateId: 'late', payload: { n: 3 } })), /committed/);
+  });
+
+  it('backlog counts pending and parked events', async () => {
+    const store = new FirestoreRelayStore({ firestore: db });
+    try {
+      const before = await store.backlog();
+      await db.runTransaction((tx) => outbox.enqueue(tx, [Changed({ aggregateId: 'backlog', payload: { n: 1 } }), Changed({ aggregateId: 'backlog', payload: { n: 2 } })]));
+      const now = await store.backlog();
+      assert.deepEqual([now.pending - before.pending, now.parked - before.parked], [2, 0]);
+      assert.ok(now.parked >= 1, 'the poison event of the first case is parked');
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('errors name the field: a payload over the document limit, a missing Firestore, a bad collection name, a bad wake mode', async () => {
+    const big = createOutbox({ store: new FirestoreOutboxStore({ firestore: db }), events: [Changed], maxPayloadBytes: 4 * 1024 * 1024 });
+    await assert.rejects(
+      db.runTransaction((tx) => big.enqueue(tx, Changed({ aggregateId: 'big', payload: { n: 1, pad: 'x'.repeat(1_100_000) } as { n: number } }))),
+      (err: unknown) => err instanceof PayloadTooLargeError && /event\.payload/.test(err.message),
+    );
+    assert.throws(() => new FirestoreOutboxStore({} as never), (err: unknown) => err instanceof ConfigError && /firestore/.test(err.message));
+    assert.throws(() => new FirestoreRelayStore({ firestore: db, collection: 'a/b' }), (err: unknown) => err instanceof ConfigError && /collection/.test(err.message) && /"\/"/.test(err.message));
+    assert.throws(() => new FirestoreOutboxStore({ firestore: db, collection: '__outbox__' }), /reserved by Firestore/);
+    assert.throws(() => new FirestoreRelayStore({ firestore: db, wake: 'notify' as never }), /wake/);
+    assert.throws(() => new FirestoreRelayStore({ firestore: db, maxClaimScan: 0 }), /maxClaimScan/);
+  });
+});
