@@ -110,7 +110,7 @@ export class DeliveryCore<M> {
   #queued: Held<M>[] = [];
   #queueScheduled = false;
   #unreadable = 0;
-  #room: { readonly limit: number; readonly resolve: () => void } | null = null;
+  readonly #rooms = new Set<{ readonly limit: number; readonly resolve: () => void }>();
 
   constructor(options: DeliveryCoreOptions<M>) {
     this.#o = options;
@@ -129,18 +129,22 @@ export class DeliveryCore<M> {
 
   /**
    * Resolves once fewer than `limit` messages are held, or when `signal`
-   * aborts: a pulling adapter bounds what it holds with it (one waiter).
+   * aborts: a pulling adapter bounds what it holds with it (several pulls
+   * may wait at once, each with its own limit).
    */
   whenBelow(limit: number, signal: AbortSignal): Promise<void> {
     if (this.#held.size < limit || signal.aborted) return Promise.resolve();
     return new Promise((resolve) => {
-      const done = (): void => {
-        signal.removeEventListener('abort', done);
-        this.#room = null;
-        resolve();
+      const room = {
+        limit,
+        resolve: (): void => {
+          signal.removeEventListener('abort', room.resolve);
+          this.#rooms.delete(room);
+          resolve();
+        },
       };
-      this.#room = { limit, resolve: done };
-      signal.addEventListener('abort', done, { once: true });
+      this.#rooms.add(room);
+      signal.addEventListener('abort', room.resolve, { once: true });
     });
   }
 
@@ -257,7 +261,7 @@ export class DeliveryCore<M> {
 
   #forget(message: M): boolean {
     if (!this.#held.delete(message)) return false;
-    if (this.#room !== null && this.#held.size < this.#room.limit) this.#room.resolve();
+    for (const room of this.#rooms) if (this.#held.size < room.limit) room.resolve();
     return true;
   }
 
