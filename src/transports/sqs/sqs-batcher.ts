@@ -5,26 +5,25 @@
  *
  * - 10 waiting: sent at once;
  * - fewer: sent at the end of the turn when no request of this batcher is in
- *   flight; otherwise when the last in flight answers (by then more have
- *   usually come), and at most `maxDelayMs` after the turn they came in.
+ *   flight, otherwise when the last one in flight answers (by then more
+ *   have usually come: under load the requests fill up by themselves, and
+ *   an idle consumer sends at once). A request is bounded by the consumer's
+ *   requestTimeoutMs, so nothing waits longer than that.
  *
- * One shared timer, none per message. `send` must never throw (the consumer
- * reports failures itself). `flush()` sends what waits and waits for every
- * request in flight (stop).
+ * No timer, none per message. `send` must never throw (the consumer reports
+ * failures itself). `flush()` sends what waits and waits for every request
+ * in flight (stop).
  */
 export const SQS_BATCH_MAX = 10;
 
 export class SqsBatcher<T> {
   readonly #send: (entries: T[]) => Promise<void>;
-  readonly #maxDelayMs: number;
   #waiting: T[] = [];
   readonly #inFlight = new Set<Promise<void>>();
   #scheduled = false;
-  #timer: NodeJS.Timeout | undefined;
 
-  constructor(send: (entries: T[]) => Promise<void>, maxDelayMs: number) {
+  constructor(send: (entries: T[]) => Promise<void>) {
     this.#send = send;
-    this.#maxDelayMs = maxDelayMs;
   }
 
   /** Entries waiting to be sent (not yet in a request). */
@@ -45,23 +44,17 @@ export class SqsBatcher<T> {
     // The rest of this turn's settles join the batch.
     setImmediate(() => {
       this.#scheduled = false;
-      if (this.#waiting.length === 0) return;
-      if (this.#inFlight.size === 0) return this.#sendPartial();
-      this.#timer ??= setTimeout(() => this.#sendPartial(), this.#maxDelayMs);
+      if (this.#inFlight.size === 0) this.#sendPartial();
     });
   }
 
   /** Sends everything waiting now and resolves once every request answered. */
   async flush(): Promise<void> {
-    clearTimeout(this.#timer);
-    this.#timer = undefined;
     while (this.#waiting.length > 0) this.#request(this.#waiting.splice(0, SQS_BATCH_MAX));
     while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
   }
 
   #sendPartial(): void {
-    clearTimeout(this.#timer);
-    this.#timer = undefined;
     if (this.#waiting.length > 0) this.#request(this.#waiting.splice(0, SQS_BATCH_MAX));
   }
 

@@ -81,8 +81,8 @@ export class SqsConsumer implements Consumer, HealthSource {
   #requested = 0;
   #extender: NodeJS.Timeout | undefined;
   #connected = false;
-  readonly #deletes = new SqsBatcher<Message>((batch) => this.#deleteBatch(batch), 20);
-  readonly #releases = new SqsBatcher<Message>((batch) => this.#releaseBatch(batch), 20);
+  readonly #deletes = new SqsBatcher<Message>((batch) => this.#deleteBatch(batch));
+  readonly #releases = new SqsBatcher<Message>((batch) => this.#releaseBatch(batch));
 
   /** Throws ConfigError naming the field when an option is invalid. Sends nothing until start(). */
   constructor(options: SqsConsumerOptions) {
@@ -101,6 +101,8 @@ export class SqsConsumer implements Consumer, HealthSource {
       handler: o.handler,
       concurrency: o.concurrency,
       batch: o.batch,
+      // SQS FIFO hands out a message group's messages together: a key's run commits in one transaction.
+      keyRun: 10,
       port: { ack: (m) => this.#delete(m), deadLetter: (m, reason, event) => this.#deadLetter(m, reason, event), release: (m) => this.#release(m) },
       hooks: {
         settled: (m, event, status, durationMs) => {
@@ -254,7 +256,7 @@ export class SqsConsumer implements Consumer, HealthSource {
   /**
    * Deletes after commit, in DeleteMessageBatch requests of up to 10 collected
    * across settles (SqsBatcher: a partial batch waits for the request in
-   * flight, at most 20 ms). Returns at once; stop() waits for the requests.
+   * flight). Returns at once; stop() waits for the requests.
    */
   #delete(m: Message): void {
     this.#deletes.add(m);
