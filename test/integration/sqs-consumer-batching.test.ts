@@ -49,6 +49,7 @@ describe('SqsConsumer receive and delete batching on ElasticMQ and PostgreSQL', 
   before(async () => {
     db = await openDb('postgres');
     await migrateInbox(db.connection, inboxNames({ schema: db.schema }));
+    await db.query(`CREATE TABLE "${db.schema}".effects (seq bigserial PRIMARY KEY, consumer text NOT NULL, version int NOT NULL)`);
     sqs = sqsClient();
   });
   after(async () => {
@@ -127,6 +128,33 @@ describe('SqsConsumer receive and delete batching on ElasticMQ and PostgreSQL', 
     for (const [key, versions] of seen) assert.deepEqual(versions, Array.from({ length: 50 }, (_, i) => i + 1), `${key}: applied once each, in order`);
     // One at a time, a key's 50 events would take 50 transactions each; its runs take fewer.
     assert.ok(transactions.length < 50, `${transactions.length} transactions for 100 events of 2 keys`);
+  });
+
+  it('FIFO: a handler failing in the middle of a run retries it after its delay, then the rest of the run: the effects commit in order, each once', async () => {
+    const url = await fresh(true);
+    const name = `b-${++n}`;
+    const inbox = createInbox({ store: new PostgresInboxStore({ connection: db.connection, schema: db.schema }), consumer: name, retry: { maxAttempts: 5, baseDelayMs: 200, maxDelayMs: 200 } });
+    let failedOnce = false;
+    inbox.on('Changed', async (event, tx) => {
+      if (event.version === 3 && !failedOnce) {
+        failedOnce = true;
+        throw new Error('the first attempt fails');
+      }
+      // In the inbox's transaction: a run rolled back by the failure leaves nothing.
+      await tx.query(`INSERT INTO "${db.schema}".effects (consumer, version) VALUES ($1, $2)`, [name, event.version]);
+    });
+    const consumer = consumerFor(url, { inbox });
+    await load(url, events(1, 8));
+    await consumer.start();
+    try {
+      await waitFor('every event applied', () => consumer.stats.processed === 8, 30_000);
+      await waitFor('every message deleted', () => consumer.stats.deleted === 8, 30_000);
+    } finally {
+      await consumer.stop();
+    }
+    assert.equal(failedOnce, true);
+    const rows = await db.query<{ version: number }>(`SELECT version FROM "${db.schema}".effects WHERE consumer = $1 ORDER BY seq`, [name]);
+    assert.deepEqual(rows.map((r) => r.version), [1, 2, 3, 4, 5, 6, 7, 8]);
   });
 
   it('deletes are collected across settles: 10 go at once, a partial batch waits for the request in flight', async () => {
