@@ -33,7 +33,8 @@
  * Settings: BENCH_BROKERS (pubsub,sqs), BENCH_PARTS (publish,consume), BENCH_ROUNDS (2),
  * BENCH_PUBSUB_EVENTS (10000), BENCH_SQS_EVENTS (4000), BENCH_KEYS (1000), BENCH_BATCH (500),
  * BENCH_LANES (2), BENCH_CONCURRENCY (consumers' `concurrency` with the PostgreSQL inbox, 16,64), BENCH_SQS_RECEIVERS (1),
- * BENCH_SQS_RECEIVE_CONCURRENCY, BENCH_SQS_MAX_IN_FLIGHT (the SqsConsumer's options; default: its defaults).
+ * BENCH_SQS_RECEIVE_CONCURRENCY, BENCH_SQS_MAX_IN_FLIGHT (the SqsConsumer's options; default: its defaults),
+ * BENCH_WARMUP (1: one untimed pass of the raw receive loop before round 1; 0: none).
  */
 import { randomBytes } from 'node:crypto';
 import { DeleteMessageBatchCommand, GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageBatchCommand, type SQSClient } from '@aws-sdk/client-sqs';
@@ -55,6 +56,7 @@ const BATCH = int('BENCH_BATCH', 500);
 const LANES = int('BENCH_LANES', 2);
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? '16,64').split(',').map(Number);
 const SQS_RECEIVERS = int('BENCH_SQS_RECEIVERS', 1);
+const WARMUP = int('BENCH_WARMUP', 1) > 0;
 const optionalInt = (name: string): number | undefined => (process.env[name] ? Number(process.env[name]) : undefined);
 const SQS_RECEIVE_CONCURRENCY = optionalInt('BENCH_SQS_RECEIVE_CONCURRENCY');
 const SQS_MAX_IN_FLIGHT = optionalInt('BENCH_SQS_MAX_IN_FLIGHT');
@@ -371,6 +373,13 @@ await withBench('cloud', async (bench) => {
         variants.push({ part: 'consume', name: `consumer, in-memory inbox store (no database), concurrency ${CONCURRENCY[0]}`, before: load, run: (l) => consume(broker, memoryInboxStore(), CONCURRENCY[0]!, broker.events, l) });
       }
       const samples = variants.map(() => [] as Sample[]);
+      if (WARMUP && PARTS.includes('consume')) {
+        // Untimed: the first variant of round 1 (the raw loop) would otherwise run with a cold JIT and a cold SDK.
+        const raw = variants.find((v) => v.part === 'consume')!;
+        await raw.before?.();
+        await measure(broker.events, raw.run);
+        log(`${broker.name}: warm-up pass done (not counted)`);
+      }
       for (let round = 0; round < ROUNDS; round++) {
         for (const [i, v] of variants.entries()) {
           await v.before?.();
