@@ -130,6 +130,22 @@ describe('SqsConsumer receive and delete batching on ElasticMQ and PostgreSQL', 
     assert.ok(transactions.length < 50, `${transactions.length} transactions for 100 events of 2 keys`);
   });
 
+  it('maxInFlight below receiveConcurrency full batches: receives ask within it, never more held, and everything is applied', async () => {
+    const url = await fresh(false);
+    const inbox = createInbox({ store: new PostgresInboxStore({ connection: db.connection, schema: db.schema }), consumer: `b-${++n}` });
+    let maxHeld = 0;
+    const consumer = consumerFor(url, { inbox, receiveConcurrency: 3, maxInFlight: 5 });
+    inbox.on('Changed', async () => void (maxHeld = Math.max(maxHeld, consumer.inFlight)));
+    await load(url, events(40, 1));
+    await consumer.start();
+    try {
+      await waitFor('every event applied', () => consumer.stats.processed === 40, 60_000);
+    } finally {
+      await consumer.stop();
+    }
+    assert.ok(maxHeld <= 5, `held ${maxHeld} > maxInFlight 5`);
+  });
+
   it('FIFO: a handler failing in the middle of a run retries it after its delay, then the rest of the run: the effects commit in order, each once', async () => {
     const url = await fresh(true);
     const name = `b-${++n}`;

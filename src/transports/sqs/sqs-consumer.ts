@@ -79,6 +79,8 @@ export class SqsConsumer implements Consumer, HealthSource {
   #loops: Promise<void>[] = [];
   /** Messages asked for by the ReceiveMessage calls in flight (they count toward maxInFlight). */
   #requested = 0;
+  /** Resolved (and replaced) each time a ReceiveMessage call ends: what it had asked for no longer counts. */
+  #receiveEnded = deferred();
   #extender: NodeJS.Timeout | undefined;
   #connected = false;
   readonly #deletes = new SqsBatcher<Message>((batch) => this.#deleteBatch(batch));
@@ -209,7 +211,13 @@ export class SqsConsumer implements Consumer, HealthSource {
     while (core.running) {
       const room = o.maxInFlight - this.#deliveries.inFlight - this.#requested;
       if (room < ask) {
-        await this.#deliveries.whenBelow(o.maxInFlight - this.#requested - ask + 1, core.signal);
+        // Room comes back when held messages settle or another receive ends (its unused reservation returns).
+        const waited = new AbortController();
+        try {
+          await Promise.race([this.#receiveEnded.promise, this.#deliveries.whenBelow(o.maxInFlight - this.#requested - ask + 1, AbortSignal.any([core.signal, waited.signal]))]);
+        } finally {
+          waited.abort();
+        }
         continue;
       }
       let messages: Message[];
@@ -240,6 +248,9 @@ export class SqsConsumer implements Consumer, HealthSource {
         continue;
       } finally {
         this.#requested -= ask;
+        const ended = this.#receiveEnded;
+        this.#receiveEnded = deferred();
+        ended.resolve();
       }
       for (const m of messages) {
         // Arrived while stopping: visible again at once, for another consumer.
@@ -360,6 +371,12 @@ export class SqsConsumer implements Consumer, HealthSource {
     if (client && o.client === undefined) client.destroy();
     o.logger.info({ queue: o.queueUrl }, 'txbox sqs consumer: stopped');
   }
+}
+
+function deferred(): { readonly promise: Promise<void>; readonly resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
 }
 
 function receiveCount(m: Message): number {
