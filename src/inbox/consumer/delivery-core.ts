@@ -246,6 +246,8 @@ export class DeliveryCore<M> {
     const live: Held<M>[] = [];
     for (const h of run) if (!(await this.#turnEnded(h.message, h.event))) live.push(h);
     if (live.length <= 1) return live[0] && this.#settle(live[0].message, live[0].event, inbox);
+    // An inbox without processInOrder (another implementation of process): the run goes one by one, in order.
+    if (typeof inbox.processInOrder !== 'function') return this.#finishOneByOne(live, [], inbox, 0);
     const started = performance.now();
     const outcomes = inbox.processInOrder(live.map((h) => h.event));
     for (const [i, { message, event }] of live.entries()) {
