@@ -126,6 +126,9 @@ export class DeliveryCore<M> {
   constructor(options: DeliveryCoreOptions<M>) {
     this.#o = options;
     this.#dispatcher = new KeyedDispatcher(options.concurrency);
+    const { admit, retryLater, signal } = options.port;
+    // A run is settled together: a hook deciding message by message would need the run split at each decision.
+    if ((options.keyRun ?? 1) > 1 && (admit || retryLater || signal)) throw new TypeError('DeliveryCore: keyRun > 1 cannot be combined with the admit, retryLater or signal hooks');
   }
 
   /** Messages received and not yet acked, dead-lettered or released. */
