@@ -220,7 +220,7 @@ export class SqsConsumer implements Consumer, HealthSource {
         }
         continue;
       }
-      let messages: Message[];
+      let messages: Message[] | null = null;
       this.#requested += ask;
       try {
         const out = await this.#client!.send(
@@ -241,16 +241,21 @@ export class SqsConsumer implements Consumer, HealthSource {
         this.#connected = true;
         core.recovered('receive');
       } catch (err) {
-        if (!core.running) break;
-        this.#connected = false;
-        core.failed('receive', err);
-        await core.pause(backoffMs(failures++, 200, 30_000));
-        continue;
+        if (core.running) {
+          this.#connected = false;
+          core.failed('receive', err);
+        }
       } finally {
+        // What this call asked for no longer counts (also during the backoff below).
         this.#requested -= ask;
         const ended = this.#receiveEnded;
         this.#receiveEnded = deferred();
         ended.resolve();
+      }
+      if (messages === null) {
+        if (!core.running) break;
+        await core.pause(backoffMs(failures++, 200, 30_000));
+        continue;
       }
       for (const m of messages) {
         // Arrived while stopping: visible again at once, for another consumer.
