@@ -3,11 +3,14 @@
  * ChangeMessageVisibilityBatch collected across settles. Ten go at once; a
  * partial batch goes at the end of the turn when nothing is in flight, else
  * when the request in flight answers; flush() sends what waits and waits for
- * every request.
+ * every request. Also the consumer's receiveConcurrency option (default and
+ * range).
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { setImmediate as turn } from 'node:timers/promises';
+import { ConfigError, createInbox } from 'txbox';
+import { resolveSqsConsumerOptions } from 'txbox/sqs';
 import { SqsBatcher } from '../../src/transports/sqs/sqs-batcher.ts';
 
 /** A request function whose calls answer only when the test says so. */
@@ -92,5 +95,14 @@ describe('SqsBatcher', () => {
     b.add(2);
     await b.flush();
     assert.deepEqual(calls, [[1], [2]]);
+  });
+
+  it('receiveConcurrency: 3 by default, 1-100, a ConfigError naming it otherwise', () => {
+    const base = { queueUrl: 'http://127.0.0.1:9324/000000000000/orders.fifo', region: 'us-east-1', inbox: createInbox({ store: { runBatch: async () => ({ ran: [], heldKeys: [] }) } as never, consumer: 'c', autoStart: false }) };
+    assert.equal(resolveSqsConsumerOptions(base).receiveConcurrency, 3);
+    assert.equal(resolveSqsConsumerOptions({ ...base, receiveConcurrency: 1 }).receiveConcurrency, 1);
+    for (const bad of [0, 101, 2.5]) {
+      assert.throws(() => resolveSqsConsumerOptions({ ...base, receiveConcurrency: bad }), (err: unknown) => err instanceof ConfigError && /receiveConcurrency/.test(err.message));
+    }
   });
 });
