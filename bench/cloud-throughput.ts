@@ -13,7 +13,12 @@
  *   with the consumer's flow control, `ack()` / one ReceiveMessage loop of 10
  *   with DeleteMessageBatch sent without waiting), against PubSubConsumer /
  *   SqsConsumer with the PostgreSQL inbox, and with an in-memory inbox store
- *   (no database: the consumer's own cost).
+ *   (no database: the consumer's own cost). For SQS also the ceiling of any
+ *   inbox consumer: the raw loop plus the inbox's own transaction
+ *   (PostgresInboxStore.runBatch, a handler doing nothing) for each received
+ *   batch, not waited for by the next receive, deleting after its commit; with BENCH_SQS_RECEIVERS above 1 the
+ *   raw loop runs that many receives at once (the consumer's
+ *   receiveConcurrency is BENCH_SQS_RECEIVE_CONCURRENCY, default its own).
  *
  * Timed from the start (of the relay, the consumer or the SDK's receiving)
  * until the last event was published or settled; stopping is not timed.
@@ -27,7 +32,9 @@
  *
  * Settings: BENCH_BROKERS (pubsub,sqs), BENCH_PARTS (publish,consume), BENCH_ROUNDS (2),
  * BENCH_PUBSUB_EVENTS (10000), BENCH_SQS_EVENTS (4000), BENCH_KEYS (1000), BENCH_BATCH (500),
- * BENCH_LANES (2), BENCH_CONCURRENCY (consumers' `concurrency` with the PostgreSQL inbox, 16,64), BENCH_SQS_RECEIVERS (1).
+ * BENCH_LANES (2), BENCH_CONCURRENCY (consumers' `concurrency` with the PostgreSQL inbox, 16,64), BENCH_SQS_RECEIVERS (1),
+ * BENCH_SQS_RECEIVE_CONCURRENCY, BENCH_SQS_MAX_IN_FLIGHT (the SqsConsumer's options; default: its defaults),
+ * BENCH_WARMUP (1: one untimed pass of the raw receive loop before round 1; 0: none).
  */
 import { randomBytes } from 'node:crypto';
 import { DeleteMessageBatchCommand, GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageBatchCommand, type SQSClient } from '@aws-sdk/client-sqs';
@@ -35,7 +42,7 @@ import type { Message, PubSub } from '@google-cloud/pubsub';
 import { createInbox, createRelay, uuidv7, type Inbox, type InboxStore, type OutboxEvent, type Transport } from 'txbox';
 import { inboxNames, migrateInbox, PostgresInboxStore, PostgresRelayStore } from 'txbox/postgres';
 import { buildPubSubMessage, PubSubConsumer, PubSubTransport } from 'txbox/pubsub';
-import { encodeSqsMessage, SqsConsumer, SqsTransport } from 'txbox/sqs';
+import { decodeSqsMessage, encodeSqsMessage, SqsConsumer, SqsTransport } from 'txbox/sqs';
 import { adminClient, EMULATOR_HOST, emulatorSkip, PROJECT } from '../test/helpers/pubsub.ts';
 import { createQueue, deleteQueues, SQS_ENDPOINT, sqsClient, TEST_CREDENTIALS, uniqueQueueName } from '../test/helpers/sqs.ts';
 import { Backlog, fmtInt, log, machine, mb, memoryInboxStore, MemorySampler, orderPayload, percentile, perSec, printTable, summary, withBench, type Bench } from './lib.ts';
@@ -49,6 +56,10 @@ const BATCH = int('BENCH_BATCH', 500);
 const LANES = int('BENCH_LANES', 2);
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? '16,64').split(',').map(Number);
 const SQS_RECEIVERS = int('BENCH_SQS_RECEIVERS', 1);
+const WARMUP = int('BENCH_WARMUP', 1) > 0;
+const optionalInt = (name: string): number | undefined => (process.env[name] ? Number(process.env[name]) : undefined);
+const SQS_RECEIVE_CONCURRENCY = optionalInt('BENCH_SQS_RECEIVE_CONCURRENCY');
+const SQS_MAX_IN_FLIGHT = optionalInt('BENCH_SQS_MAX_IN_FLIGHT');
 const run = randomBytes(3).toString('hex');
 
 interface Sample {
@@ -114,6 +125,8 @@ interface Broker {
   load(events: readonly OutboxEvent[]): Promise<void>;
   /** Resolves when `count` messages were received and acked (sent); the cleanup closes. */
   rawConsume(count: number): Promise<() => Promise<void>>;
+  /** The raw loop with `store.runBatch` (the inbox's transaction) per received batch before its ack; null: not measured. */
+  rawWithInbox: ((store: InboxStore, count: number) => Promise<() => Promise<void>>) | null;
   consumer(inbox: Inbox, concurrency: number): { start(): Promise<void>; stop(): Promise<void>; onSettled(fn: (durationMs: number) => void): void };
   close(): Promise<void>;
 }
@@ -161,6 +174,7 @@ async function pubsubBroker(): Promise<Broker | null> {
       const raw = rawTopic(topic);
       await inCalls(events, [], (chunk) => publish(raw, chunk));
     },
+    rawWithInbox: null,
     async rawConsume(count) {
       const sub = admin.subscription(subscription, { flowControl: { maxMessages: 1000, allowExcessMessages: false } });
       let n = 0;
@@ -209,6 +223,43 @@ async function sqsBroker(): Promise<Broker> {
   };
   const client = sqsClient();
   const created: string[] = [];
+  /**
+   * SQS_RECEIVERS receive loops of 10 that delete each batch without waiting;
+   * with `store`, each batch's events are decoded and committed by the
+   * inbox's own transaction (a handler doing nothing) while the loop receives
+   * on, and the batch is deleted after its commit: no dispatcher, no per-key
+   * order (a FIFO group's next messages come only after the delete anyway),
+   * no Inbox around it; what any inbox consumer pays at least.
+   */
+  const rawSqs = async (count: number, store: InboxStore | null): Promise<() => Promise<void>> => {
+    let n = 0;
+    const deletes = new Set<Promise<unknown>>();
+    const consumer = `bench-raw-${randomBytes(3).toString('hex')}`;
+    const receiver = async (): Promise<void> => {
+      while (n < count) {
+        const { Messages = [] } = await client.send(new ReceiveMessageCommand({ QueueUrl: url, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, MessageAttributeNames: ['All'], MessageSystemAttributeNames: ['ApproximateReceiveCount', 'MessageGroupId'] }));
+        if (Messages.length === 0) continue;
+        const remove = (): Promise<unknown> => client.send(new DeleteMessageBatchCommand({ QueueUrl: url, Entries: Messages.map((m, i) => ({ Id: `d${i}`, ReceiptHandle: m.ReceiptHandle! })) }));
+        let d: Promise<unknown>;
+        if (store === null) d = remove();
+        else {
+          const events = Messages.map((m) => {
+            const decoded = decodeSqsMessage(m, 'orders');
+            if (!decoded.ok) throw new Error(decoded.message);
+            return decoded.event;
+          });
+          // The next receive does not wait for the commit; the delete does.
+          d = store.runBatch(consumer, events, async () => {}).then(remove);
+        }
+        const received = (n += Messages.length);
+        if (store !== null && received >= count) await d; // timed until the last batch committed
+        deletes.add(d);
+        void d.finally(() => deletes.delete(d));
+      }
+    };
+    await Promise.all(Array.from({ length: SQS_RECEIVERS }, receiver));
+    return async () => void (await Promise.all([...deletes]));
+  };
   return {
     name: 'SQS FIFO',
     events: int('BENCH_SQS_EVENTS', 4000),
@@ -222,24 +273,21 @@ async function sqsBroker(): Promise<Broker> {
     async load(events) {
       await inCalls(events, [], (chunk) => publish(url, chunk));
     },
-    async rawConsume(count) {
-      let n = 0;
-      const deletes = new Set<Promise<unknown>>();
-      const receiver = async (): Promise<void> => {
-        while (n < count) {
-          const { Messages = [] } = await client.send(new ReceiveMessageCommand({ QueueUrl: url, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, MessageAttributeNames: ['All'], MessageSystemAttributeNames: ['ApproximateReceiveCount', 'MessageGroupId'] }));
-          if (Messages.length === 0) continue;
-          n += Messages.length;
-          const d = client.send(new DeleteMessageBatchCommand({ QueueUrl: url, Entries: Messages.map((m, i) => ({ Id: `d${i}`, ReceiptHandle: m.ReceiptHandle! })) }));
-          deletes.add(d);
-          void d.finally(() => deletes.delete(d));
-        }
-      };
-      await Promise.all(Array.from({ length: SQS_RECEIVERS }, receiver));
-      return async () => void (await Promise.all([...deletes]));
-    },
+    rawConsume: (count) => rawSqs(count, null),
+    rawWithInbox: (store, count) => rawSqs(count, store),
     consumer(inbox, concurrency) {
-      const c = new SqsConsumer({ queueUrl: url, region: 'us-east-1', endpoint: SQS_ENDPOINT, credentials: TEST_CREDENTIALS, destination: 'orders', inbox, concurrency, waitTimeSeconds: 1 });
+      const c = new SqsConsumer({
+        queueUrl: url,
+        region: 'us-east-1',
+        endpoint: SQS_ENDPOINT,
+        credentials: TEST_CREDENTIALS,
+        destination: 'orders',
+        inbox,
+        concurrency,
+        waitTimeSeconds: 1,
+        ...(SQS_RECEIVE_CONCURRENCY === undefined ? {} : { receiveConcurrency: SQS_RECEIVE_CONCURRENCY }),
+        ...(SQS_MAX_IN_FLIGHT === undefined ? {} : { maxInFlight: SQS_MAX_IN_FLIGHT }),
+      });
       return { start: () => c.start(), stop: () => c.stop(), onSettled: (fn) => c.events.on('settled', (s) => fn(s.durationMs)) };
     },
     async close() {
@@ -315,12 +363,23 @@ await withBench('cloud', async (bench) => {
           await broker.load(makeEvents(broker.events, 'orders'));
         };
         variants.push({ part: 'consume', name: 'raw SDK receive + ack', before: load, run: () => consume(broker, null, 0, broker.events, []) });
+        if (broker.rawWithInbox) {
+          const rawWithInbox = broker.rawWithInbox;
+          variants.push({ part: 'consume', name: 'raw SDK receive + inbox transaction per receive (runBatch), ack after commit', before: load, run: () => rawWithInbox(new PostgresInboxStore({ connection: bench.connection, schema: bench.schema }), broker.events) });
+        }
         for (const c of CONCURRENCY) {
           variants.push({ part: 'consume', name: `consumer, PostgreSQL inbox, concurrency ${c}`, before: load, run: (l) => consume(broker, new PostgresInboxStore({ connection: bench.connection, schema: bench.schema }), c, broker.events, l) });
         }
         variants.push({ part: 'consume', name: `consumer, in-memory inbox store (no database), concurrency ${CONCURRENCY[0]}`, before: load, run: (l) => consume(broker, memoryInboxStore(), CONCURRENCY[0]!, broker.events, l) });
       }
       const samples = variants.map(() => [] as Sample[]);
+      if (WARMUP && PARTS.includes('consume')) {
+        // Untimed: the first variant of round 1 (the raw loop) would otherwise run with a cold JIT and a cold SDK.
+        const raw = variants.find((v) => v.part === 'consume')!;
+        await raw.before?.();
+        await measure(broker.events, raw.run);
+        log(`${broker.name}: warm-up pass done (not counted)`);
+      }
       for (let round = 0; round < ROUNDS; round++) {
         for (const [i, v] of variants.entries()) {
           await v.before?.();

@@ -60,8 +60,15 @@ function nulPath(value: unknown, path: string, depth: number): string | null {
  * `aggregateType`, `aggregateId`, `destination` and header names and values
  * are strings without NUL; the payload has no `\u0000` (jsonb refuses it);
  * `version` is null or a safe integer; `occurredAt` is a valid date.
+ * `payloadText`: the payload's JSON text as the broker carried it, when the
+ * parser has it: searched for an escaped NUL instead of walking the payload.
  */
-export function inboundEventProblem(event: OutboxEvent): string | null {
+/** Events a consumer's parser checked (checkedInbound): the inbox's own check passes them at once. */
+const checked = new WeakSet<OutboxEvent>();
+
+export function inboundEventProblem(event: OutboxEvent, payloadText?: string): string | null {
+  // Checked already by the consumer's parser (checkedInbound): the inbox does not walk it again.
+  if (checked.has(event)) return null;
   if (canonicalEventId(event.id) === null) {
     return `id: ${quoteId(event.id)} is not a UUID (8-4-4-4-12 hex digits); the inbox cannot store it, so it is dead-lettered without running the handler`;
   }
@@ -81,7 +88,7 @@ export function inboundEventProblem(event: OutboxEvent): string | null {
   }
   if (!(event.occurredAt instanceof Date) || Number.isNaN(event.occurredAt.getTime())) return `occurredAt: is not a valid date (event ${quoteId(event.id)})`;
   // Text read from a store or a broker: walk the parsed payload only when an escaped NUL may be in it.
-  const text = event.payloadJson;
+  const text = event.payloadJson ?? payloadText;
   const inPayload = text !== undefined && !text.includes('u0000') && !text.includes('\u0000') ? null : nulPath(event.payload, 'payload', 0);
   if (inPayload) return `${inPayload}: contains "\\u0000" (U+0000), which PostgreSQL jsonb cannot hold (event ${quoteId(event.id)})`;
   return null;
@@ -98,9 +105,11 @@ export function storableText(text: string, max = 2000): string {
  * parsers end with it, so a message the inbox could never store is rejected
  * (dead-lettered) by the consumer before any store sees it.
  */
-export function checkedInbound(event: OutboxEvent): { readonly ok: true; readonly event: OutboxEvent } | { readonly ok: false; readonly message: string } {
-  const problem = inboundEventProblem(event);
-  return problem === null ? { ok: true, event } : { ok: false, message: problem };
+export function checkedInbound(event: OutboxEvent, payloadText?: string): { readonly ok: true; readonly event: OutboxEvent } | { readonly ok: false; readonly message: string } {
+  const problem = inboundEventProblem(event, payloadText);
+  if (problem !== null) return { ok: false, message: problem };
+  checked.add(event);
+  return { ok: true, event };
 }
 
 /** The `txbox-*` names of the envelope fields, as Kafka headers and Pub/Sub attributes carry them. */

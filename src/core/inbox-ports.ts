@@ -70,6 +70,12 @@ export interface RunBatchOptions {
  */
 export interface InboxProcessor {
   process(event: OutboxEvent): Promise<InboxOutcome>;
+  /**
+   * Consecutive events of one key, in order, in one transaction (see
+   * `Inbox.processInOrder`); optional: without it a consumer hands a key's
+   * run over one event at a time.
+   */
+  processInOrder?(events: readonly OutboxEvent[]): Promise<InboxOutcome>[];
 }
 
 /**

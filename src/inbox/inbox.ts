@@ -131,7 +131,9 @@ export class Inbox<Tx = SqlExecutor> {
   #autoStart: boolean;
   readonly #batchMax: number;
   readonly #batchConcurrency: number;
-  readonly #queue: Pending[] = [];
+  /** Waiting for a batch: each entry one process() call, or one key's events from processInOrder (never split). */
+  readonly #queue: Pending[][] = [];
+  #queued = 0;
   #scheduled = false;
   #flushing = 0;
   /** Deterministic store refusals per event id (see #refused). */
@@ -200,18 +202,78 @@ export class Inbox<Tx = SqlExecutor> {
     return settleInboxTrace(trace, this.#enqueue(event, trace));
   }
 
-  #enqueue(event: OutboxEvent, trace: ConsumerTrace | undefined): Promise<InboxOutcome> {
-    return new Promise((resolve, reject) => {
-      this.#queue.push({ event, trace, resolve, reject });
-      if (this.#queue.length >= this.#batchMax) this.#pump();
-      else if (!this.#scheduled) {
-        this.#scheduled = true;
-        setImmediate(() => {
-          this.#scheduled = false;
-          this.#pump();
-        });
+  /**
+   * Applies consecutive events of one key, in order, as `process` would one
+   * after another: they go into the same group-commit transaction (never
+   * split across two), so a key's run of events costs one commit instead of
+   * one each. Resolves one outcome per event, in order. When an event's
+   * outcome is `retry` (or its store call fails), the key's later events are
+   * not run: they resolve with the same `retry` (or reject with the same
+   * error), and the caller goes on from the first of them, as it would have.
+   * Do not call it (or `process`) for the same key until the previous call's
+   * outcomes resolved.
+   */
+  processInOrder(received: readonly OutboxEvent[]): Promise<InboxOutcome>[] {
+    if (this.#autoStart) this.start();
+    const out: Promise<InboxOutcome>[] = [];
+    const group: Pending[] = [];
+    for (const e of received) {
+      const admitted = this.#admit(e);
+      if ('outcome' in admitted) {
+        out.push(Promise.resolve(admitted.outcome));
+        continue;
       }
-    });
+      const event = admitted.event;
+      const trace = startInboxTrace(event, this.consumer);
+      out.push(
+        settleInboxTrace(
+          trace,
+          new Promise<InboxOutcome>((resolve, reject) => group.push({ event, trace, resolve, reject })),
+        ),
+      );
+    }
+    if (group.length === 0) return out;
+    if (this.#batchMax <= 1) {
+      // No group commit: one after another, each waiting for the one before.
+      void (async () => {
+        let stopped: { outcome: InboxOutcome } | { error: unknown } | null = null;
+        for (const item of group) {
+          if (stopped) {
+            if ('outcome' in stopped) item.resolve(stopped.outcome);
+            else item.reject(stopped.error);
+            continue;
+          }
+          try {
+            const outcome = await this.#processAlone(item.event, item.trace);
+            if (outcome.status === 'retry') stopped = { outcome };
+            item.resolve(outcome);
+          } catch (error) {
+            stopped = { error };
+            item.reject(error);
+          }
+        }
+      })();
+      return out;
+    }
+    this.#push(group);
+    return out;
+  }
+
+  #enqueue(event: OutboxEvent, trace: ConsumerTrace | undefined): Promise<InboxOutcome> {
+    return new Promise((resolve, reject) => this.#push([{ event, trace, resolve, reject }]));
+  }
+
+  #push(entry: Pending[]): void {
+    this.#queue.push(entry);
+    this.#queued += entry.length;
+    if (this.#queued >= this.#batchMax) this.#pump();
+    else if (!this.#scheduled) {
+      this.#scheduled = true;
+      setImmediate(() => {
+        this.#scheduled = false;
+        this.#pump();
+      });
+    }
   }
 
   /**
@@ -235,7 +297,10 @@ export class Inbox<Tx = SqlExecutor> {
 
   #pump(): void {
     while (this.#queue.length > 0 && this.#flushing < this.#batchConcurrency) {
-      const batch = this.#queue.splice(0, this.#batchMax);
+      // Up to batchMax events; one key's run from processInOrder stays whole (a batch may exceed batchMax by it).
+      const batch: Pending[] = [];
+      while (this.#queue.length > 0 && (batch.length === 0 || batch.length + this.#queue[0]!.length <= this.#batchMax)) batch.push(...this.#queue.shift()!);
+      this.#queued -= batch.length;
       this.#flushing++;
       this.#flush(batch)
         .catch((err: unknown) => {
@@ -302,20 +367,22 @@ export class Inbox<Tx = SqlExecutor> {
     } else {
       alone.push(...prepared.map((p) => p.item));
     }
-    // In submission order; a key that failed stops, so its later events wait for the retry.
-    const failedKeys = new Map<string, InboxOutcome>();
+    // In submission order; a key that failed stops, so its later events (processInOrder) wait for the retry.
+    const failedKeys = new Map<string, { outcome: InboxOutcome } | { error: unknown }>();
     for (const item of batch.filter((b) => alone.includes(b))) {
       const stopped = failedKeys.get(item.event.key);
       if (stopped) {
-        item.resolve(stopped);
+        if ('outcome' in stopped) item.resolve(stopped.outcome);
+        else item.reject(stopped.error);
         continue;
       }
       try {
         const outcome = await this.#processAlone(item.event, item.trace);
-        if (outcome.status === 'retry') failedKeys.set(item.event.key, outcome);
+        if (outcome.status === 'retry') failedKeys.set(item.event.key, { outcome });
         item.resolve(outcome);
       } catch (err) {
-        // The store failed for this event (an outage): only its caller retries; the others go on.
+        // The store failed for this event (an outage): only its caller retries; the other keys go on.
+        failedKeys.set(item.event.key, { error: err });
         item.reject(err);
       }
     }

@@ -8,6 +8,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { uuidv7, type OutboxEvent } from 'txbox';
 import { decodeSqsMessage, encodeSqsMessage, messageGroupId, SQS_ATTRIBUTES } from 'txbox/sqs';
+import { inboundEventProblem } from '../../src/core/inbound-event.ts';
 
 const base = (over: Partial<OutboxEvent> = {}): OutboxEvent => ({
   id: uuidv7(),
@@ -105,5 +106,16 @@ describe('SQS message form', () => {
       assert.equal(decoded.ok, false);
       assert.match(decoded.ok ? '' : decoded.message, expected);
     }
+  });
+
+  it('the body is searched for an escaped NUL before the payload is walked: a payload PostgreSQL cannot hold is refused, naming its path; a clean one passes', () => {
+    const bad = encodeSqsMessage(base({ payload: { lines: [{ note: 'a\u0000b' }] } }), true);
+    const refused = decodeSqsMessage({ Body: bad.body, MessageAttributes: bad.attributes }, 'd');
+    assert.equal(refused.ok, false);
+    assert.match(refused.ok ? '' : refused.message, /^payload\.lines\[0\]\.note: contains "\\u0000"/);
+    const good = encodeSqsMessage(base({ payload: { note: 'u0000 as plain text is fine' } }), true);
+    const decoded = decodeSqsMessage({ Body: good.body, MessageAttributes: good.attributes }, 'd');
+    assert.equal(decoded.ok, true);
+    assert.equal(inboundEventProblem(decoded.ok ? decoded.event : base()), null);
   });
 });

@@ -73,6 +73,15 @@ export interface DeliveryCoreOptions<M> {
   readonly onStop?: 'release' | 'finish';
   /** What the broker calls a message, in dead-letter reasons (`unreadable entry: ...`); default `message`. */
   readonly noun?: string;
+  /**
+   * With an inbox: a key's messages received while its turn has not come run
+   * together, up to this many, through `Inbox.processInOrder` (one commit
+   * for the run instead of one each, in the same order). For brokers that
+   * hand out a key's messages in bursts (SQS FIFO returns a message group's
+   * messages together). Not with `admit`, `retryLater` or `signal` hooks.
+   * Default 1: one message per turn.
+   */
+  readonly keyRun?: number;
 }
 
 interface Held<M> {
@@ -110,11 +119,16 @@ export class DeliveryCore<M> {
   #queued: Held<M>[] = [];
   #queueScheduled = false;
   #unreadable = 0;
-  #room: { readonly limit: number; readonly resolve: () => void } | null = null;
+  /** Per key, the run of messages waiting for its turn (keyRun > 1). */
+  readonly #runs = new Map<string, Held<M>[]>();
+  readonly #rooms = new Set<{ readonly limit: number; readonly resolve: () => void }>();
 
   constructor(options: DeliveryCoreOptions<M>) {
     this.#o = options;
     this.#dispatcher = new KeyedDispatcher(options.concurrency);
+    const { admit, retryLater, signal } = options.port;
+    // A run is settled together: a hook deciding message by message would need the run split at each decision.
+    if ((options.keyRun ?? 1) > 1 && (admit || retryLater || signal)) throw new TypeError('DeliveryCore: keyRun > 1 cannot be combined with the admit, retryLater or signal hooks');
   }
 
   /** Messages received and not yet acked, dead-lettered or released. */
@@ -129,18 +143,22 @@ export class DeliveryCore<M> {
 
   /**
    * Resolves once fewer than `limit` messages are held, or when `signal`
-   * aborts: a pulling adapter bounds what it holds with it (one waiter).
+   * aborts: a pulling adapter bounds what it holds with it (several pulls
+   * may wait at once, each with its own limit).
    */
   whenBelow(limit: number, signal: AbortSignal): Promise<void> {
     if (this.#held.size < limit || signal.aborted) return Promise.resolve();
     return new Promise((resolve) => {
-      const done = (): void => {
-        signal.removeEventListener('abort', done);
-        this.#room = null;
-        resolve();
+      const room = {
+        limit,
+        resolve: (): void => {
+          signal.removeEventListener('abort', room.resolve);
+          this.#rooms.delete(room);
+          resolve();
+        },
       };
-      this.#room = { limit, resolve: done };
-      signal.addEventListener('abort', done, { once: true });
+      this.#rooms.add(room);
+      signal.addEventListener('abort', room.resolve, { once: true });
     });
   }
 
@@ -157,6 +175,7 @@ export class DeliveryCore<M> {
     }
     const event = parsed.event;
     if (handler.kind === 'inbox') {
+      if ((this.#o.keyRun ?? 1) > 1) return this.#joinRun(message, event, handler.inbox);
       this.#dispatcher.push(event.key, () => this.#handle(message, event, handler.inbox)).catch((err: unknown) => core.failed('handle', err));
       return;
     }
@@ -202,9 +221,75 @@ export class DeliveryCore<M> {
     return true;
   }
 
+  /** Adds the message to its key's waiting run, or starts a run whose turn comes after the key's earlier ones. */
+  #joinRun(message: M, event: OutboxEvent, inbox: InboxProcessor): void {
+    const waiting = this.#runs.get(event.key);
+    if (waiting !== undefined && waiting.length < this.#o.keyRun!) {
+      waiting.push({ message, event });
+      return;
+    }
+    const run: Held<M>[] = [{ message, event }];
+    this.#runs.set(event.key, run);
+    this.#dispatcher
+      .push(event.key, () => {
+        // Its turn: what arrives from now on waits for the next turn.
+        if (this.#runs.get(event.key) === run) this.#runs.delete(event.key);
+        return this.#handleRun(run, inbox);
+      })
+      .catch((err: unknown) => this.#o.core.failed('handle', err));
+  }
+
+  /**
+   * A key's run, in order, in one inbox call: each message is acked (or
+   * dead-lettered) as its outcome comes. From the first that must be retried
+   * (or whose store call failed) on, the rest go one by one as #handle would.
+   */
+  async #handleRun(run: readonly Held<M>[], inbox: InboxProcessor): Promise<void> {
+    const { core } = this.#o;
+    const live: Held<M>[] = [];
+    for (const h of run) if (!(await this.#turnEnded(h.message, h.event))) live.push(h);
+    if (live.length <= 1) return live[0] && this.#settle(live[0].message, live[0].event, inbox);
+    // An inbox without processInOrder (another implementation of process): the run goes one by one, in order.
+    if (typeof inbox.processInOrder !== 'function') return this.#finishOneByOne(live, [], inbox, 0);
+    const started = performance.now();
+    const outcomes = inbox.processInOrder(live.map((h) => h.event));
+    for (const [i, { message, event }] of live.entries()) {
+      let outcome: Awaited<(typeof outcomes)[number]>;
+      try {
+        outcome = await outcomes[i]!;
+        core.recovered('inbox');
+      } catch (err) {
+        core.failed('inbox', err);
+        return this.#finishOneByOne(live.slice(i), outcomes.slice(i + 1), inbox, 0);
+      }
+      if (outcome.status === 'retry') return this.#finishOneByOne(live.slice(i), outcomes.slice(i + 1), inbox, outcome.delayMs);
+      this.#o.hooks?.settled?.(message, event, outcome.status, performance.now() - started);
+      if (outcome.status === 'dead') await this.#deadLetter(message, event, `handler failed ${outcome.attempts} times: ${outcome.error}`, outcome.attempts);
+      else await this.#ack(message);
+    }
+  }
+
+  /** The rest of a run after a retry (its delay waited first) or a store failure: one by one, in order; released at stop. */
+  async #finishOneByOne(rest: readonly Held<M>[], unread: readonly Promise<unknown>[], inbox: InboxProcessor, delayMs: number): Promise<void> {
+    for (const p of unread) p.catch(() => {}); // the same retry or failure as the first; not acted on
+    if (delayMs > 0 && !(await this.#o.core.pause(delayMs))) {
+      for (const h of rest) this.#release(h.message, h.event);
+      return;
+    }
+    for (const h of rest) {
+      if (this.#stopped(h.message)) this.#release(h.message, h.event);
+      else await this.#settle(h.message, h.event, inbox);
+    }
+  }
+
   async #handle(message: M, event: OutboxEvent, inbox: InboxProcessor): Promise<void> {
-    const { core, port } = this.#o;
     if (await this.#turnEnded(message, event)) return;
+    await this.#settle(message, event, inbox);
+  }
+
+  /** Settles one message whose turn came: the inbox (retried in place), then the ack or the dead letter. */
+  async #settle(message: M, event: OutboxEvent, inbox: InboxProcessor): Promise<void> {
+    const { core, port } = this.#o;
     const started = performance.now();
     const outcome = await settleEvent(inbox, event, {
       signal: this.#signal(message),
@@ -257,7 +342,7 @@ export class DeliveryCore<M> {
 
   #forget(message: M): boolean {
     if (!this.#held.delete(message)) return false;
-    if (this.#room !== null && this.#held.size < this.#room.limit) this.#room.resolve();
+    for (const room of this.#rooms) if (this.#held.size < room.limit) room.resolve();
     return true;
   }
 

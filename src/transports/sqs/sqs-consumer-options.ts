@@ -36,6 +36,14 @@ export interface SqsConsumerOptions extends AwsClientOptions {
   readonly waitTimeSeconds?: number;
   /** Messages asked for per ReceiveMessage (1-10). Default: 10. */
   readonly maxMessagesPerReceive?: number;
+  /**
+   * ReceiveMessage calls (long polls) in flight at once; each asks for
+   * `maxMessagesPerReceive` while room remains under `maxInFlight`. More
+   * hide the round trip of each call behind the others' handlers
+   * (docs/transports/sqs.md#tuning). On a FIFO queue SQS returns a message
+   * group to one call at a time, so per-key order holds. Default: 3.
+   */
+  readonly receiveConcurrency?: number;
   /** Most messages this process holds at once (received, not yet deleted); receiving pauses at this many. Default: 100. */
   readonly maxInFlight?: number;
   /**
@@ -66,6 +74,7 @@ export interface ResolvedSqsConsumerOptions extends ResolvedAwsClientOptions {
   readonly batch: number;
   readonly waitTimeSeconds: number;
   readonly maxMessagesPerReceive: number;
+  readonly receiveConcurrency: number;
   readonly maxInFlight: number;
   readonly visibilityTimeoutSeconds: number | null;
   readonly deadLetterQueueUrl: string | null;
@@ -102,6 +111,7 @@ export function resolveSqsConsumerOptions(options: SqsConsumerOptions): Resolved
     batch: int('batch', options.batch, 100, 1, 10_000),
     waitTimeSeconds: int('waitTimeSeconds', options.waitTimeSeconds, 20, 0, 20),
     maxMessagesPerReceive: int('maxMessagesPerReceive', options.maxMessagesPerReceive, 10, 1, 10),
+    receiveConcurrency: int('receiveConcurrency', options.receiveConcurrency, 3, 1, 100),
     maxInFlight: int('maxInFlight', options.maxInFlight, 100, 1, 100_000),
     visibilityTimeoutSeconds: options.visibilityTimeoutSeconds === undefined ? null : int('visibilityTimeoutSeconds', options.visibilityTimeoutSeconds, 30, 1, 43_200),
     deadLetterQueueUrl,

@@ -1,6 +1,5 @@
 import {
   ChangeMessageVisibilityBatchCommand,
-  ChangeMessageVisibilityCommand,
   DeleteMessageBatchCommand,
   GetQueueAttributesCommand,
   ReceiveMessageCommand,
@@ -15,6 +14,7 @@ import type { HealthReport, HealthSource } from '../../core/health.ts';
 import type { Consumer } from '../../core/inbox-ports.ts';
 import { backoffMs, ConsumerCore, within, type ConsumerCounts, type ConsumerErrorEvent } from '../../inbox/consumer/consumer-core.ts';
 import { DeliveryCore, type SettledStatus } from '../../inbox/consumer/delivery-core.ts';
+import { SqsBatcher } from './sqs-batcher.ts';
 import { resolveSqsConsumerOptions, type ResolvedSqsConsumerOptions, type SqsConsumerOptions } from './sqs-consumer-options.ts';
 import { decodeSqsMessage, MAX_ATTRIBUTES } from './sqs-message.ts';
 import { classifyRequestError, startError } from './sqs-outcomes.ts';
@@ -76,13 +76,15 @@ export class SqsConsumer implements Consumer, HealthSource {
   readonly #deliveries: DeliveryCore<Message>;
   #client: SQSClient | null = null;
   #visibilitySeconds = 30;
-  #loop: Promise<void> | null = null;
+  #loops: Promise<void>[] = [];
+  /** Messages asked for by the ReceiveMessage calls in flight (they count toward maxInFlight). */
+  #requested = 0;
+  /** Resolved (and replaced) each time a ReceiveMessage call ends: what it had asked for no longer counts. */
+  #receiveEnded = deferred();
   #extender: NodeJS.Timeout | undefined;
   #connected = false;
-  #deletes: Message[] = [];
-  #deleteScheduled = false;
-  readonly #flushes = new Set<Promise<void>>();
-  readonly #releases = new Set<Promise<void>>();
+  readonly #deletes = new SqsBatcher<Message>((batch) => this.#deleteBatch(batch));
+  readonly #releases = new SqsBatcher<Message>((batch) => this.#releaseBatch(batch));
 
   /** Throws ConfigError naming the field when an option is invalid. Sends nothing until start(). */
   constructor(options: SqsConsumerOptions) {
@@ -101,6 +103,8 @@ export class SqsConsumer implements Consumer, HealthSource {
       handler: o.handler,
       concurrency: o.concurrency,
       batch: o.batch,
+      // SQS FIFO hands out a message group's messages together: a key's run commits in one transaction.
+      keyRun: 10,
       port: { ack: (m) => this.#delete(m), deadLetter: (m, reason, event) => this.#deadLetter(m, reason, event), release: (m) => this.#release(m) },
       hooks: {
         settled: (m, event, status, durationMs) => {
@@ -144,7 +148,7 @@ export class SqsConsumer implements Consumer, HealthSource {
     return this.#core.start(
       () => this.#open(),
       () => {
-        this.#loop = this.#receiveLoop();
+        this.#loops = Array.from({ length: this.#o.receiveConcurrency }, () => this.#receiveLoop());
         const every = Math.max(1000, Math.floor((this.#visibilitySeconds * 1000) / 3));
         this.#extender = setInterval(() => void this.#extend(), every);
       },
@@ -202,18 +206,27 @@ export class SqsConsumer implements Consumer, HealthSource {
     const o = this.#o;
     const core = this.#core;
     let failures = 0;
+    // A receive asks for a full batch (fewer only when maxInFlight is smaller): a call per message costs as much as one per ten.
+    const ask = Math.min(o.maxMessagesPerReceive, o.maxInFlight);
     while (core.running) {
-      const room = o.maxInFlight - this.#deliveries.inFlight;
-      if (room <= 0) {
-        await core.pause(20);
+      const room = o.maxInFlight - this.#deliveries.inFlight - this.#requested;
+      if (room < ask) {
+        // Room comes back when held messages settle or another receive ends (its unused reservation returns).
+        const waited = new AbortController();
+        try {
+          await Promise.race([this.#receiveEnded.promise, this.#deliveries.whenBelow(o.maxInFlight - this.#requested - ask + 1, AbortSignal.any([core.signal, waited.signal]))]);
+        } finally {
+          waited.abort();
+        }
         continue;
       }
-      let messages: Message[];
+      let messages: Message[] | null = null;
+      this.#requested += ask;
       try {
         const out = await this.#client!.send(
           new ReceiveMessageCommand({
             QueueUrl: o.queueUrl,
-            MaxNumberOfMessages: Math.min(o.maxMessagesPerReceive, room),
+            MaxNumberOfMessages: ask,
             WaitTimeSeconds: o.waitTimeSeconds,
             MessageAttributeNames: ['All'],
             MessageSystemAttributeNames: ['ApproximateReceiveCount', 'MessageGroupId'],
@@ -228,9 +241,19 @@ export class SqsConsumer implements Consumer, HealthSource {
         this.#connected = true;
         core.recovered('receive');
       } catch (err) {
+        if (core.running) {
+          this.#connected = false;
+          core.failed('receive', err);
+        }
+      } finally {
+        // What this call asked for no longer counts (also during the backoff below).
+        this.#requested -= ask;
+        const ended = this.#receiveEnded;
+        this.#receiveEnded = deferred();
+        ended.resolve();
+      }
+      if (messages === null) {
         if (!core.running) break;
-        this.#connected = false;
-        core.failed('receive', err);
         await core.pause(backoffMs(failures++, 200, 30_000));
         continue;
       }
@@ -247,56 +270,48 @@ export class SqsConsumer implements Consumer, HealthSource {
   }
 
   /**
-   * Deletes after commit, in DeleteMessageBatch requests of up to 10: the
-   * deletes queued within one tick go together (worker mode settles a whole
-   * batch at once). Returns at once; stop() waits for the requests.
+   * Deletes after commit, in DeleteMessageBatch requests of up to 10 collected
+   * across settles (SqsBatcher: a partial batch waits for the request in
+   * flight). Returns at once; stop() waits for the requests.
    */
   #delete(m: Message): void {
-    this.#deletes.push(m);
-    if (this.#deleteScheduled) return;
-    this.#deleteScheduled = true;
-    setImmediate(() => {
-      this.#deleteScheduled = false;
-      const flush = this.#flushDeletes(this.#deletes.splice(0));
-      this.#flushes.add(flush);
-      void flush.finally(() => this.#flushes.delete(flush));
-    });
+    this.#deletes.add(m);
   }
 
-  async #flushDeletes(all: readonly Message[]): Promise<void> {
+  async #deleteBatch(chunk: readonly Message[]): Promise<void> {
     const client = this.#client;
-    const chunks: Message[][] = [];
-    for (let i = 0; i < all.length; i += 10) chunks.push(all.slice(i, i + 10));
-    await Promise.all(
-      chunks.map(async (chunk) => {
-        try {
-          if (!client) throw new Error('the consumer is stopped');
-          const out = await client.send(new DeleteMessageBatchCommand({ QueueUrl: this.#o.queueUrl, Entries: chunk.map((m, n) => ({ Id: `d${n}`, ReceiptHandle: m.ReceiptHandle! })) }), {
-            abortSignal: AbortSignal.timeout(this.#o.requestTimeoutMs),
-          });
-          this.stats.deleted += out.Successful?.length ?? 0;
-          // A receipt handle that expired (visibility lost): SQS delivers the message again and the inbox skips it.
-          for (const f of out.Failed ?? []) this.#core.failed('delete', `${f.Code ?? 'Error'}: ${f.Message ?? ''}`);
-          if ((out.Failed ?? []).length === 0) this.#core.recovered('delete');
-        } catch (err) {
-          this.#core.failed('delete', err);
-        }
-      }),
-    );
+    try {
+      if (!client) throw new Error('the consumer is stopped');
+      const out = await client.send(new DeleteMessageBatchCommand({ QueueUrl: this.#o.queueUrl, Entries: chunk.map((m, n) => ({ Id: `d${n}`, ReceiptHandle: m.ReceiptHandle! })) }), {
+        abortSignal: AbortSignal.timeout(this.#o.requestTimeoutMs),
+      });
+      this.stats.deleted += out.Successful?.length ?? 0;
+      // A receipt handle that expired (visibility lost): SQS delivers the message again and the inbox skips it.
+      for (const f of out.Failed ?? []) this.#core.failed('delete', `${f.Code ?? 'Error'}: ${f.Message ?? ''}`);
+      if ((out.Failed ?? []).length === 0) this.#core.recovered('delete');
+    } catch (err) {
+      this.#core.failed('delete', err);
+    }
   }
 
-  /** Visible again at once, for this or another consumer (a FIFO group resumes with it). */
+  /** Visible again at once, for this or another consumer (a FIFO group resumes with it); batched like deletes. */
   #release(m: Message): void {
+    if (!this.#client || !m.ReceiptHandle) return;
+    this.#releases.add(m);
+  }
+
+  async #releaseBatch(chunk: readonly Message[]): Promise<void> {
     const client = this.#client;
-    if (!client || !m.ReceiptHandle) return;
-    const sent = client
-      .send(new ChangeMessageVisibilityCommand({ QueueUrl: this.#o.queueUrl, ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0 }))
-      .then(
-        () => undefined,
-        (err: unknown) => this.#core.failed('release', err),
+    if (!client) return;
+    try {
+      const out = await client.send(
+        new ChangeMessageVisibilityBatchCommand({ QueueUrl: this.#o.queueUrl, Entries: chunk.map((m, n) => ({ Id: `r${n}`, ReceiptHandle: m.ReceiptHandle!, VisibilityTimeout: 0 })) }),
+        { abortSignal: AbortSignal.timeout(this.#o.requestTimeoutMs) },
       );
-    this.#releases.add(sent);
-    void sent.finally(() => this.#releases.delete(sent));
+      for (const f of out.Failed ?? []) this.#core.failed('release', `${f.Code ?? 'Error'}: ${f.Message ?? ''}`);
+    } catch (err) {
+      this.#core.failed('release', err);
+    }
   }
 
   /** Extends the visibility of every held message, so a long handler keeps it. */
@@ -347,24 +362,26 @@ export class SqsConsumer implements Consumer, HealthSource {
   async #close(): Promise<void> {
     const o = this.#o;
     clearInterval(this.#extender);
-    await this.#loop?.catch(() => {});
-    this.#loop = null;
+    await Promise.allSettled(this.#loops);
+    this.#loops = [];
     if (!(await within(this.#deliveries.onIdle(), o.stopTimeoutMs))) {
       o.logger.warn({ queue: o.queueUrl, inFlight: this.#deliveries.inFlight }, `txbox sqs consumer: stop timed out after ${o.stopTimeoutMs} ms (stopTimeoutMs); unfinished messages are made visible again`);
       this.#deliveries.releaseAll();
     }
-    // Deletes queued or in flight go out before the client closes.
-    await new Promise((resolve) => setImmediate(resolve));
-    if (this.#deletes.length > 0) await this.#flushDeletes(this.#deletes.splice(0));
-    await Promise.allSettled([...this.#flushes]);
+    // Deletes and releases waiting or in flight go out before the client closes (each request bounded by requestTimeoutMs).
+    await Promise.all([this.#deletes.flush(), this.#releases.flush()]);
     const client = this.#client;
     this.#client = null;
     this.#connected = false;
-    // Releases sent during the stop finish before the client closes (each bounded by the SDK's socket timeouts).
-    await within(Promise.allSettled([...this.#releases]), o.requestTimeoutMs);
     if (client && o.client === undefined) client.destroy();
     o.logger.info({ queue: o.queueUrl }, 'txbox sqs consumer: stopped');
   }
+}
+
+function deferred(): { readonly promise: Promise<void>; readonly resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
 }
 
 function receiveCount(m: Message): number {

@@ -197,7 +197,7 @@ export function decodeSqsMessage(message: SqsMessageLike, destination: string): 
     headers: headers as EventHeaders,
     occurredAt,
     version: version as number | null,
-  });
+  }, typeof message.Body === 'string' && message.Body !== '' ? message.Body : undefined);
 }
 
 function bad(message: string): DecodedSqsMessage {
