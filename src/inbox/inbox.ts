@@ -235,24 +235,7 @@ export class Inbox<Tx = SqlExecutor> {
     if (group.length === 0) return out;
     if (this.#batchMax <= 1) {
       // No group commit: one after another, each waiting for the one before.
-      void (async () => {
-        let stopped: { outcome: InboxOutcome } | { error: unknown } | null = null;
-        for (const item of group) {
-          if (stopped) {
-            if ('outcome' in stopped) item.resolve(stopped.outcome);
-            else item.reject(stopped.error);
-            continue;
-          }
-          try {
-            const outcome = await this.#processAlone(item.event, item.trace);
-            if (outcome.status === 'retry') stopped = { outcome };
-            item.resolve(outcome);
-          } catch (error) {
-            stopped = { error };
-            item.reject(error);
-          }
-        }
-      })();
+      void this.#processEachInOrder(group);
       return out;
     }
     this.#push(group);
@@ -367,9 +350,18 @@ export class Inbox<Tx = SqlExecutor> {
     } else {
       alone.push(...prepared.map((p) => p.item));
     }
-    // In submission order; a key that failed stops, so its later events (processInOrder) wait for the retry.
+    await this.#processEachInOrder(batch.filter((b) => alone.includes(b)));
+  }
+
+  /**
+   * Each event in its own transaction, in submission order. A key whose event
+   * must be retried (or whose store call failed: an outage, only its caller
+   * retries) stops: its later events (processInOrder) get the same outcome or
+   * error and wait for the retry; the other keys go on.
+   */
+  async #processEachInOrder(items: readonly Pending[]): Promise<void> {
     const failedKeys = new Map<string, { outcome: InboxOutcome } | { error: unknown }>();
-    for (const item of batch.filter((b) => alone.includes(b))) {
+    for (const item of items) {
       const stopped = failedKeys.get(item.event.key);
       if (stopped) {
         if ('outcome' in stopped) item.resolve(stopped.outcome);
@@ -381,7 +373,6 @@ export class Inbox<Tx = SqlExecutor> {
         if (outcome.status === 'retry') failedKeys.set(item.event.key, { outcome });
         item.resolve(outcome);
       } catch (err) {
-        // The store failed for this event (an outage): only its caller retries; the other keys go on.
         failedKeys.set(item.event.key, { error: err });
         item.reject(err);
       }
