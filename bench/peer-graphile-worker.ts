@@ -45,10 +45,11 @@ import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { run, runMigrations } from 'graphile-worker';
 import type { OutboxEvent } from 'txbox';
-import { Backlog, benchOutbox, DATABASE_URL, envInt, envList, fmtInt, log, machine, mb, median, orderEvent, percentile, perSec, printTable, resetOutbox, settle, summary, withBench, type Bench } from './lib.ts';
+import { Backlog, benchOutbox, DATABASE_URL, envInt, envList, fmtInt, log, machine, mb, median, orderEvent, orderPayload, percentile, perSec, printTable, resetOutbox, settle, summary, timePublishCalls, withBench, type Bench } from './lib.ts';
+import { HttpTransport } from 'txbox/http';
 import { startRelayWorker, type RelayWorkerConfig } from './relay-process.ts';
 import { fmtMs, measureCommitToAck } from './commit-to-ack.ts';
-import { NATS_SERVERS, type BrokerSpec } from './broker-transports.ts';
+import { brokerTransport, NATS_SERVERS, type BrokerSpec } from './broker-transports.ts';
 import { graphileOptions, type EventJob, type GraphileWorkerConfig, type GraphileWorkerMessage } from './graphile-worker-process.ts';
 import type { ReceiverMessage } from './receiver-process.ts';
 import type { CpuWindow } from './cpu-window.ts';
@@ -147,6 +148,24 @@ async function graphileDrain(gw: GraphileSchema, n: number, sink: Sink): Promise
   if (m.type === 'error') throw new Error(`graphile-worker process failed: ${m.message}`);
   if (m.result.failed > 0) log(`  graphile-worker: ${m.result.failed} failed jobs (retried)`);
   return { rate: perSec(m.result.completed, m.result.ms), rss: m.result.rssMax, n: m.result.completed, cpuMs: m.result.cpuMs, window: m.result.cpuWindow };
+}
+
+/**
+ * The ceiling of any outbox that publishes one event per request through this
+ * transport: the same number of events published straight through it from
+ * this (warm) process, in calls of 500 over the same keys, no database at all.
+ * A relay does this work and more; so txbox / graphile-worker can exceed
+ * raw / graphile-worker only by graphile-worker being slower than its own share.
+ */
+async function rawTransportRate(n: number, sink: Sink): Promise<number> {
+  const transport =
+    sink.kind === 'http'
+      ? new HttpTransport({ endpoints: { orders: sink.url }, timeoutMs: 10_000, allowUnsigned: true })
+      : sink.kind === 'broker'
+        ? await brokerTransport(sink.spec)
+        : null;
+  if (transport === null) throw new Error(`no raw transport for sink ${sink.kind}`);
+  return (await timePublishCalls(transport, { events: n, batch: 500, keys: KEYS, payload: orderPayload(1, 1) })).rate;
 }
 
 interface CpuPerEvent {
@@ -347,6 +366,8 @@ interface Row {
   readonly lower?: boolean;
   /** The ratio asked for (issue 16), if any. */
   readonly target?: number;
+  /** The transport alone, no database (rawTransportRate), per round: the ceiling of the ratio. */
+  readonly raw: number[];
 }
 
 await withBench('peer', async (bench) => {
@@ -355,7 +376,7 @@ await withBench('peer', async (bench) => {
   const gw = await GraphileSchema.create(bench);
   const rows: Row[] = [];
   const row = (what: string, unit: string, lower = false, target?: number): Row => {
-    const r: Row = { what, unit, txbox: [], gw: [], lower, ...(target === undefined ? {} : { target }) };
+    const r: Row = { what, unit, txbox: [], gw: [], raw: [], lower, ...(target === undefined ? {} : { target }) };
     rows.push(r);
     return r;
   };
@@ -380,6 +401,11 @@ await withBench('peer', async (bench) => {
               const r = await measuredDrain(s.receiver, () => (who === 'txbox' ? txboxDrain(bench, backlog, s.n, sink) : graphileDrain(gw, s.n, sink)));
               (who === 'txbox' ? s.row.txbox : s.row.gw).push(r.rate);
               log(`round ${round} ${s.row.what}: ${who === 'txbox' ? 'txbox' : 'graphile-worker'} ${fmtInt(r.rate)} events/s, max RSS ${mb(r.rss)} MB; ${fmtCpu(r.cpu)}; ${machine()}`);
+            }
+            if (s.row.target !== undefined) {
+              const rate = await rawTransportRate(s.n, await s.sink());
+              s.row.raw.push(rate);
+              log(`round ${round} ${s.row.what}: the transport alone, no database ${fmtInt(rate)} events/s (the ceiling); ${machine()}`);
             }
           }
         }
@@ -438,6 +464,15 @@ await withBench('peer', async (bench) => {
       ];
     }),
   );
+  const ceilings = rows.filter((r) => r.raw.length > 0);
+  if (ceilings.length > 0) {
+    console.log('\nThe ceiling: the transport alone (no database, this warm process) against graphile-worker in the same round; no outbox that publishes through this transport exceeds it:');
+    printTable(
+      ['measure', 'transport alone', 'graphile-worker', 'transport alone / graphile-worker (per round)'],
+      ceilings.map((r) => [r.what, r.raw.map((x) => fmtInt(x)).join(' / '), r.gw.map((x) => fmtInt(x)).join(' / '), r.raw.map((x, i) => `${(x / r.gw[i]!).toFixed(2)}x`).join(' / ')]),
+    );
+  }
+  for (const r of ceilings) summary('peer-graphile-worker', `${r.what}: the transport alone ${fmtInt(median(r.raw))} events/s, ${(median(r.raw.map((x, i) => x / r.gw[i]!))).toFixed(2)}x graphile-worker (median per round): the ceiling of the ratio`);
   for (const r of rows) {
     summary('peer-graphile-worker', `${r.what}: txbox ${fmt(r, median(r.txbox))} ${r.unit}, graphile-worker ${fmt(r, median(r.gw))} ${r.unit} (txbox / graphile-worker per round, median ${median(ratios(r)).toFixed(2)}x${r.lower ? ', lower is better' : ''}${r.target === undefined ? '' : `; target >= ${r.target.toFixed(2)}x ${median(ratios(r)) >= r.target ? 'met' : 'NOT met'}`})`);
   }
