@@ -15,14 +15,15 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CreateSubscriptionOptions, Message, PubSub, Topic } from '@google-cloud/pubsub';
-import { ConfigError, createInbox, createInboxWorker, InboxQueue, uuidv7, type Inbox, type OutboxEvent } from 'txbox';
-import { PostgresInboxStore, PostgresOutboxStore, PostgresRelayStore, inboxNames, migrateInbox, migratePostgres, postgresNames } from 'txbox/postgres';
+import { ConfigError, createInbox, uuidv7, type Inbox, type OutboxEvent } from 'txbox';
+import { PostgresInboxStore, inboxNames, migrateInbox, migratePostgres, postgresNames } from 'txbox/postgres';
 import { buildPubSubMessage, PubSubConsumer, PubSubTransport, type PubSubConsumerOptions } from 'txbox/pubsub';
 import { checkDeliveries } from 'txbox/testing';
 import { openDb, type TestDb } from '../helpers/databases.ts';
 import { adminClient, emulatorProxy, emulatorSkip, EMULATOR_HOST, PROJECT } from '../helpers/pubsub.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { startWhileUnreachable } from '../helpers/outage.ts';
+import { runWorkerModeScenario } from '../fixtures/worker-mode.ts';
 
 const skip = await emulatorSkip();
 const run = randomBytes(4).toString('hex');
@@ -245,38 +246,26 @@ describe('PubSubConsumer on the Pub/Sub emulator and PostgreSQL', { skip }, () =
 
   it('worker mode: messages are stored in the inbox queue and acked; workers apply them once in per-key order', async () => {
     const { topic, sub, name } = await fresh();
-    const queue = new InboxQueue(new PostgresOutboxStore({ schema: db.schema, table: 'inbox_queue', onDuplicateId: 'ignore' }), (fn) => db.connection.transaction(fn));
     const inbox = inboxFor(name);
-    const applied = recording(inbox, name);
-    const committed = new Map<string, string[]>();
-    const events: OutboxEvent[] = [];
-    for (let v = 1; v <= 5; v++) {
-      for (let k = 0; k < 10; k++) {
-        const e = ev(`q${k}`, v);
-        events.push(e);
-        committed.set(e.key, [...(committed.get(e.key) ?? []), e.id]);
-      }
-    }
-    await publish(topic, [...events, ...events.slice(0, 10)]);
-    const consumer = consumerFor(sub, { queue, batch: 20 });
-    await consumer.start();
-    try {
-      await waitFor('all messages queued', () => consumer.stats.queued === 60);
-    } finally {
-      await consumer.stop();
-    }
-    assert.equal(applied.length, 0, 'receiving ran no handler');
-    const [queued] = await db.query<{ rows: number }>(`SELECT count(*)::int AS rows FROM "${db.schema}".inbox_queue`);
-    assert.equal(queued!.rows, 50, 'redelivered ids were ignored by the queue');
-    const worker = createInboxWorker({ inbox, store: new PostgresRelayStore({ schema: db.schema, table: 'inbox_queue', connection: db.connection }), pollIntervalMs: 30 });
-    await worker.start();
-    try {
-      await waitFor('all applied', () => applied.length >= 50, 30_000);
-    } finally {
-      await worker.stop();
-    }
-    const report = checkDeliveries(committed, applied);
-    assert.deepEqual([report.lost, report.duplicates, report.orderViolations], [0, 0, 0]);
+    await runWorkerModeScenario({
+      db,
+      inbox,
+      applied: recording(inbox, name),
+      keys: 10,
+      versions: 5,
+      redeliver: 10,
+      event: ev,
+      send: (events) => publish(topic, [...events]),
+      receive: async (queue, messages) => {
+        const consumer = consumerFor(sub, { queue, batch: 20 });
+        await consumer.start();
+        try {
+          await waitFor('all messages queued', () => consumer.stats.queued === messages);
+        } finally {
+          await consumer.stop();
+        }
+      },
+    });
   });
 
   it('a handler slower than the ack deadline is not redelivered: the client extends the deadline (modAckDeadline)', { timeout: 60_000 }, async () => {

@@ -11,13 +11,14 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { ConfigError, createInbox, createInboxWorker, InboxQueue, uuidv7, type Inbox, type OutboxEvent } from 'txbox';
-import { PostgresInboxStore, PostgresOutboxStore, PostgresRelayStore, inboxNames, migrateInbox, migratePostgres, postgresNames } from 'txbox/postgres';
+import { ConfigError, createInbox, uuidv7, type Inbox, type OutboxEvent } from 'txbox';
+import { PostgresInboxStore, inboxNames, migrateInbox, migratePostgres, postgresNames } from 'txbox/postgres';
 import { RedisConsumer, RedisTransport, encodeStreamFields, parseStreamEntry, type RedisConsumerOptions } from 'txbox/redis';
 import { checkDeliveries } from 'txbox/testing';
 import { openDb, type TestDb } from '../helpers/databases.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { startWhileUnreachable } from '../helpers/outage.ts';
+import { runWorkerModeScenario } from '../fixtures/worker-mode.ts';
 
 const REDIS_URL = 'redis://127.0.0.1:6379';
 const prefix = `txbox-test:rc-${randomBytes(4).toString('hex')}:`;
@@ -219,43 +220,34 @@ describe('RedisConsumer on a real Redis and PostgreSQL', () => {
 
   it('worker mode: entries are stored in the inbox queue and acked; workers apply them once in per-key order', async () => {
     const { stream, name } = fresh();
-    const queue = new InboxQueue(new PostgresOutboxStore({ schema: db.schema, table: 'inbox_queue', onDuplicateId: 'ignore' }), (fn) => db.connection.transaction(fn));
     const inbox = inboxFor(name);
     const applied: { id: string; key: string }[] = [];
     inbox.on('Changed', async (event, tx) => {
       await tx.query(`INSERT INTO "${db.schema}".effects (event_id, consumer, key, version) VALUES ($1, $2, $3, $4)`, [event.id, name, event.key, event.version]);
       applied.push({ id: event.id, key: event.key });
     });
-    const committed = new Map<string, string[]>();
-    const events: OutboxEvent[] = [];
-    for (let v = 1; v <= 10; v++) {
-      for (let k = 0; k < 10; k++) {
-        const e = ev(`q${k}`, v);
-        events.push(e);
-        committed.set(e.key, [...(committed.get(e.key) ?? []), e.id]);
-      }
-    }
-    for (const e of [...events, ...events.slice(0, 20)]) await admin.xadd(stream, '*', ...encodeStreamFields(e));
-    const consumer = consumerFor(stream, name, { queue, count: 30 });
-    await consumer.start();
-    try {
-      await waitFor('all entries queued', () => consumer.stats.queued === 120);
-      await waitFor('all acked', async () => (await pending(stream, name)) === 0);
-    } finally {
-      await consumer.stop();
-    }
-    assert.equal(applied.length, 0, 'receiving ran no handler');
-    const [queued] = await db.query<{ rows: number }>(`SELECT count(*)::int AS rows FROM "${db.schema}".inbox_queue`);
-    assert.equal(queued!.rows, 100, 'redelivered ids were ignored by the queue');
-    const worker = createInboxWorker({ inbox, store: new PostgresRelayStore({ schema: db.schema, table: 'inbox_queue', connection: db.connection }), pollIntervalMs: 30 });
-    await worker.start();
-    try {
-      await waitFor('all applied', () => applied.length >= 100, 30_000);
-    } finally {
-      await worker.stop();
-    }
-    const report = checkDeliveries(committed, applied);
-    assert.deepEqual([report.lost, report.duplicates, report.orderViolations], [0, 0, 0]);
+    await runWorkerModeScenario({
+      db,
+      inbox,
+      applied,
+      keys: 10,
+      versions: 10,
+      redeliver: 20,
+      event: ev,
+      send: async (events) => {
+        for (const e of events) await admin.xadd(stream, '*', ...encodeStreamFields(e));
+      },
+      receive: async (queue, messages) => {
+        const consumer = consumerFor(stream, name, { queue, count: 30 });
+        await consumer.start();
+        try {
+          await waitFor('all entries queued', () => consumer.stats.queued === messages);
+          await waitFor('all acked', async () => (await pending(stream, name)) === 0);
+        } finally {
+          await consumer.stop();
+        }
+      },
+    });
   });
 
   it('stop() ends a blocked read at once, lets a running handler commit and acks it', async () => {

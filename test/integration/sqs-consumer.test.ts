@@ -12,14 +12,15 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
-import { ConfigError, createInbox, createInboxWorker, InboxQueue, uuidv7, type Inbox, type OutboxEvent } from 'txbox';
-import { PostgresInboxStore, PostgresOutboxStore, PostgresRelayStore, inboxNames, migrateInbox, migratePostgres, postgresNames } from 'txbox/postgres';
+import { ConfigError, createInbox, uuidv7, type Inbox, type OutboxEvent } from 'txbox';
+import { PostgresInboxStore, inboxNames, migrateInbox, migratePostgres, postgresNames } from 'txbox/postgres';
 import { encodeSqsMessage, SqsConsumer, SqsTransport, type SqsConsumerOptions } from 'txbox/sqs';
 import { checkDeliveries } from 'txbox/testing';
 import { openDb, type TestDb } from '../helpers/databases.ts';
 import { createQueue, CuttableProxy, deleteQueues, queueUrl, SQS_ENDPOINT, SQS_PORT, sqsClient, TEST_CREDENTIALS, uniqueQueueName } from '../helpers/sqs.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { startWhileUnreachable } from '../helpers/outage.ts';
+import { runWorkerModeScenario } from '../fixtures/worker-mode.ts';
 
 let db: TestDb;
 let sqs: SQSClient;
@@ -297,39 +298,27 @@ describe('SqsConsumer on ElasticMQ and PostgreSQL', () => {
 
   it('worker mode: messages are stored in the inbox queue and deleted; workers apply them once in per-key order', async () => {
     const { url, name } = await fresh(true);
-    const queue = new InboxQueue(new PostgresOutboxStore({ schema: db.schema, table: 'inbox_queue', onDuplicateId: 'ignore' }), (fn) => db.connection.transaction(fn));
     const inbox = inboxFor(name);
-    const applied = recording(inbox, name);
-    const committed = new Map<string, string[]>();
-    const events: OutboxEvent[] = [];
-    for (let v = 1; v <= 5; v++) {
-      for (let k = 0; k < 6; k++) {
-        const e = ev(`q${k}`, v);
-        events.push(e);
-        committed.set(e.key, [...(committed.get(e.key) ?? []), e.id]);
-      }
-    }
-    await send(url, [...events, ...events.slice(0, 6)]);
-    const consumer = consumerFor(url, { queue, batch: 20 });
-    await consumer.start();
-    try {
-      await waitFor('all messages queued', () => consumer.stats.queued === 36);
-      await waitFor('all deleted', () => consumer.stats.deleted === 36);
-    } finally {
-      await consumer.stop();
-    }
-    assert.equal(applied.length, 0, 'receiving ran no handler');
-    const [queued] = await db.query<{ rows: number }>(`SELECT count(*)::int AS rows FROM "${db.schema}".inbox_queue`);
-    assert.equal(queued!.rows, 30, 'redelivered ids were ignored by the queue');
-    const worker = createInboxWorker({ inbox, store: new PostgresRelayStore({ schema: db.schema, table: 'inbox_queue', connection: db.connection }), pollIntervalMs: 30 });
-    await worker.start();
-    try {
-      await waitFor('all applied', () => applied.length >= 30, 30_000);
-    } finally {
-      await worker.stop();
-    }
-    const report = checkDeliveries(committed, applied);
-    assert.deepEqual([report.lost, report.duplicates, report.orderViolations], [0, 0, 0]);
+    await runWorkerModeScenario({
+      db,
+      inbox,
+      applied: recording(inbox, name),
+      keys: 6,
+      versions: 5,
+      redeliver: 6,
+      event: ev,
+      send: (events) => send(url, [...events]),
+      receive: async (queue, messages) => {
+        const consumer = consumerFor(url, { queue, batch: 20 });
+        await consumer.start();
+        try {
+          await waitFor('all messages queued', () => consumer.stats.queued === messages);
+          await waitFor('all deleted', () => consumer.stats.deleted === messages);
+        } finally {
+          await consumer.stop();
+        }
+      },
+    });
   });
 
   it('an outage (connections cut, new ones refused) is retried with backoff: health goes not ready, then it recovers by itself and applies what arrived', async () => {
