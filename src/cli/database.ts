@@ -21,6 +21,9 @@ export interface OpenDatabase {
  * sets its own application_name.
  */
 export async function openDatabase(config: CliConfig, logger: Logger, requireSchema = true, applicationName = 'txbox'): Promise<OpenDatabase> {
+  if (storeOf(config.databaseUrl) === 'firestore') {
+    throw new CliError(`${config.sources.databaseUrl ?? 'the database URL'} is a Firestore URL: this command runs on PostgreSQL only (on Firestore: migrate, relay, status, parked, replay and demo)`);
+  }
   if (storeOf(config.databaseUrl) === 'mysql') {
     throw new CliError(`${config.sources.databaseUrl ?? 'the database URL'} is a MySQL URL: this command runs on PostgreSQL only (on MySQL and MariaDB: migrate, relay, status, parked, replay and demo)`);
   }

@@ -1,5 +1,5 @@
 /** The optional peer dependencies of txbox (package.json peerDependenciesMeta). */
-export const OPTIONAL_PEERS: readonly string[] = ['pg', '@electric-sql/pglite', 'mysql2', 'kafkajs', 'amqplib', 'ioredis', '@nats-io/transport-node', '@nats-io/jetstream', 'postgres', '@opentelemetry/api', '@google-cloud/pubsub', '@aws-sdk/client-sqs', '@aws-sdk/client-sns', 'prom-client'];
+export const OPTIONAL_PEERS: readonly string[] = ['pg', '@electric-sql/pglite', 'mysql2', 'kafkajs', 'amqplib', 'ioredis', '@nats-io/transport-node', '@nats-io/jetstream', 'postgres', '@opentelemetry/api', '@google-cloud/pubsub', '@google-cloud/firestore', '@aws-sdk/client-sqs', '@aws-sdk/client-sns', 'prom-client'];
 
 /** The optional peer whose absence made this module load fail, or undefined for any other error. */
 export function missingPeer(err: unknown): string | undefined {

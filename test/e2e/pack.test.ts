@@ -38,6 +38,7 @@ const SUBPATHS: Record<string, readonly string[]> = {
   'txbox/testing/conformance': ['pg'],
   'txbox/pglite': ['@electric-sql/pglite'],
   'txbox/mysql': ['mysql2'],
+  'txbox/firestore': ['@google-cloud/firestore'],
   'txbox/kafka': ['kafkajs'],
   'txbox/rabbitmq': ['amqplib'],
   'txbox/nats': ['@nats-io/transport-node', '@nats-io/jetstream'],

@@ -2,7 +2,7 @@
  * The CLI's store seam: `txbox migrate`, `relay`, `status`, `parked` and
  * `replay` talk to one backend per store, chosen by the database URL's
  * scheme (postgres:// or postgresql://: PostgreSQL; mysql:// or mariadb://:
- * MySQL and MariaDB). Each backend opens and checks its connection with the
+ * MySQL and MariaDB; firestore://: Google Cloud Firestore). Each backend opens and checks its connection with the
  * same messages and exit codes, migrates, builds the relay store, answers
  * status and runs the parked and replay actions. PostgreSQL-only parts (WAL,
  * schemas, circuits) stay in the commands, behind `backend.postgres`.
@@ -15,17 +15,23 @@ import type { OpenDatabase } from '../database.ts';
 import type { DestinationCircuit, OutboxStatus, ParkedEvent, ParkedSelector, ReplayFilter } from '../../stores/postgres/postgres-admin.ts';
 import type { WalSlotStatus } from '../../stores/postgres/postgres-wal.ts';
 import type { MysqlOutboxStatus, MysqlParkedEvent } from '../../stores/mysql/mysql-admin.ts';
+import type { FirestoreParkedEvent } from '../../stores/firestore/firestore-admin.ts';
+import type { FirestoreNames } from '../../stores/firestore/firestore-names.ts';
+import type { FirestoreOutboxStatus } from '../../stores/firestore/firestore-status.ts';
+import { importOptional } from '../optional-import.ts';
+import type { FirestoreLocation } from './firestore-url.ts';
 
-export type StoreKind = 'postgres' | 'mysql';
+export type StoreKind = 'postgres' | 'mysql' | 'firestore';
 
 /** What `txbox status` shows: PostgreSQL adds circuits and WAL slots; MySQL records neither. */
 export type StatusReport =
   | { readonly store: 'postgres'; readonly status: OutboxStatus; readonly circuits: DestinationCircuit[]; readonly slots: WalSlotStatus[] }
-  | { readonly store: 'mysql'; readonly status: MysqlOutboxStatus };
+  | { readonly store: 'mysql'; readonly status: MysqlOutboxStatus }
+  | { readonly store: 'firestore'; readonly status: FirestoreOutboxStatus };
 
 /** Parked events and replay, on either store. */
 export interface CliAdmin {
-  listParked(options: { destination?: string; limit: number }): Promise<(ParkedEvent | MysqlParkedEvent)[]>;
+  listParked(options: { destination?: string; limit: number }): Promise<(ParkedEvent | MysqlParkedEvent | FirestoreParkedEvent)[]>;
   retryParked(selector: ParkedSelector, actor: string): Promise<string[]>;
   skipParked(selector: ParkedSelector, actor: string): Promise<string[]>;
   discardParked(selector: ParkedSelector, actor: string): Promise<string[]>;
@@ -44,6 +50,8 @@ export interface CliBackend {
   readonly outbox: string;
   /** PostgreSQL's connection and names, for its own parts (WAL, dashboard); undefined on MySQL. */
   readonly postgres: OpenDatabase | undefined;
+  /** Firestore's project, database and collections, for its own parts (migrate's index advice); absent on the SQL stores. */
+  readonly firestore?: FirestoreLocation & { readonly names: FirestoreNames };
   /** Applies the migrations not yet applied; returns their names. */
   migrate(): Promise<string[]>;
   relayStore(settings: RelayStoreSettings): RelayStore;
@@ -54,10 +62,11 @@ export interface CliBackend {
 
 const MYSQL_SCHEMES = new Set(['mysql:', 'mariadb:']);
 
-/** The store a database URL names by its scheme: mysql:// and mariadb:// are MySQL, anything else PostgreSQL (as before). */
+/** The store a database URL names by its scheme: mysql:// and mariadb:// are MySQL, firestore:// Firestore, anything else PostgreSQL (as before). */
 export function storeOf(url: string | undefined): StoreKind {
   if (url === undefined) return 'postgres';
   const scheme = /^([a-z][a-z0-9+.-]*:)/i.exec(url.trim())?.[1]?.toLowerCase();
+  if (scheme === 'firestore:') return 'firestore';
   return scheme !== undefined && MYSQL_SCHEMES.has(scheme) ? 'mysql' : 'postgres';
 }
 
@@ -71,10 +80,15 @@ export async function openBackend(config: CliConfig, logger: Logger, requireSche
     const { openMysqlBackend } = await import('./mysql-backend.ts');
     return openMysqlBackend(config, requireSchema);
   }
+  if (storeOf(config.databaseUrl) === 'firestore') {
+    // @google-cloud/firestore is loaded here, by the first firestore:// URL: a missing package is named with the command that installs it.
+    const { openFirestoreBackend } = await importOptional('txbox on Firestore', () => import('./firestore-backend.ts'));
+    return openFirestoreBackend(config);
+  }
   const url = config.databaseUrl;
   if (url !== undefined && !/^postgres(ql)?:\/\//.test(url) && /^[a-z][a-z0-9+.-]*:\/\//i.test(url)) {
     throw new CliError(
-      `${config.sources.databaseUrl}: must be a postgres:// or postgresql:// URL (PostgreSQL) or a mysql:// or mariadb:// URL (MySQL, MariaDB), e.g. postgres://user@127.0.0.1:5432/app or mysql://user@127.0.0.1:3306/app`,
+      `${config.sources.databaseUrl}: must be a postgres:// or postgresql:// URL (PostgreSQL) a mysql:// or mariadb:// URL (MySQL, MariaDB), or firestore://PROJECT_ID[/DATABASE_ID] (Firestore), e.g. postgres://user@127.0.0.1:5432/app or mysql://user@127.0.0.1:3306/app`,
     );
   }
   const { openPostgresBackend } = await import('./postgres-backend.ts');
@@ -87,6 +101,10 @@ export async function printMigrationsFor(config: CliConfig): Promise<string> {
     const { printMysql } = await import('./mysql-backend.ts');
     return printMysql(config);
   }
+  if (storeOf(config.databaseUrl) === 'firestore') {
+    const { printFirestore } = await import('./firestore-print.ts');
+    return printFirestore(config);
+  }
   const { printPostgres } = await import('./postgres-backend.ts');
   return printPostgres(config);
 }
@@ -96,6 +114,7 @@ export async function printMigrationsFor(config: CliConfig): Promise<string> {
  * was set (`--wake`, `TXBOX_SCHEMA`, the config file's field) and what to do.
  */
 export function refusePostgresOnly(config: CliConfig, settings: readonly ('schema' | 'wake' | 'deleteOnPublish')[]): void {
+  if (storeOf(config.databaseUrl) === 'firestore') return refuseOnFirestore(config, settings);
   if (storeOf(config.databaseUrl) !== 'mysql') return;
   const s = config.sources;
   for (const setting of settings) {
@@ -107,6 +126,22 @@ export function refusePostgresOnly(config: CliConfig, settings: readonly ('schem
     }
     if (setting === 'deleteOnPublish' && config.relay.deleteOnPublish) {
       throw new CliError(`--delete-on-publish (or relay.deleteOnPublish in the config file): not supported on MySQL yet; published rows are kept and removed by retention (--keep-published, e.g. 1h)`);
+    }
+  }
+}
+
+/** refusePostgresOnly on Firestore: the same settings, in Firestore's terms. */
+function refuseOnFirestore(config: CliConfig, settings: readonly ('schema' | 'wake' | 'deleteOnPublish')[]): void {
+  const s = config.sources;
+  for (const setting of settings) {
+    if (setting === 'schema' && s.schema !== undefined) {
+      throw new CliError(`${s.schema}: schemas are PostgreSQL's; on Firestore the collections live in the project and database the URL names (firestore://PROJECT_ID/DATABASE_ID), and --table names the outbox collection (the prefix of the others)`);
+    }
+    if (setting === 'wake' && s.wake !== undefined) {
+      throw new CliError(`${s.wake}: the wake modes (LISTEN/NOTIFY, WAL) are PostgreSQL's; a relay on Firestore wakes by a snapshot listener on the outbox, with polling as the fallback (tune it with --poll-interval-ms)`);
+    }
+    if (setting === 'deleteOnPublish' && config.relay.deleteOnPublish) {
+      throw new CliError(`--delete-on-publish (or relay.deleteOnPublish in the config file): not supported on Firestore; published documents are kept and removed by retention (--keep-published, e.g. 1h)`);
     }
   }
 }

@@ -29,6 +29,11 @@ Its database connections show as "txbox relay <id>" in pg_stat_activity
 On MySQL or MariaDB (a mysql:// or mariadb:// database URL) it wakes by
 polling (--poll-interval-ms; MySQL has no LISTEN/NOTIFY); --wake, --schema
 and --delete-on-publish are PostgreSQL's and are refused there.
+On Firestore (firestore://PROJECT_ID[/DATABASE_ID]; --table names the outbox
+collection, default txbox_outbox) it wakes by a snapshot listener on the
+newest pending event, with polling as the fallback; --wake, --schema and
+--delete-on-publish are refused there too. Deploy the indexes first (txbox
+migrate says which).
 
 Options:
   --transport TYPE          http, kafka, rabbitmq, nats or redis
@@ -95,7 +100,10 @@ ${METRICS_HELP}`,
     const db = backend.postgres;
     const r = config.relay;
     // MySQL has no LISTEN/NOTIFY: said once at start, so that nobody waits for a wake-up that never comes.
-    if (db === undefined) logger.info({ store: backend.store, pollIntervalMs: r.pollIntervalMs ?? 1000 }, 'txbox relay: MySQL store: idle relays wake by polling (no LISTEN/NOTIFY on MySQL)');
+    if (backend.store === 'mysql') logger.info({ store: backend.store, pollIntervalMs: r.pollIntervalMs ?? 1000 }, 'txbox relay: MySQL store: idle relays wake by polling (no LISTEN/NOTIFY on MySQL)');
+    if (backend.store === 'firestore') {
+      logger.info({ store: backend.store, pollIntervalMs: r.pollIntervalMs ?? 1000 }, 'txbox relay: Firestore store: idle relays wake by a snapshot listener on the newest pending event, and by polling');
+    }
     if (r.wake === 'wal' && db !== undefined) {
       // Said once at start, in the operator's terms; the store then falls back to notify and polling.
       const problems = await walProblems(db.connection).catch((err: Error) => [`could not check: ${err.message}`]);

@@ -4,6 +4,7 @@ import { fmt } from '../progress.ts';
 import { renderSlots } from './wal.ts';
 import type { DestinationCircuit, DestinationStatus, OutboxStatus, RelayStatus } from '../../stores/postgres/postgres-admin.ts';
 import type { MysqlOutboxStatus } from '../../stores/mysql/mysql-admin.ts';
+import type { FirestoreOutboxStatus } from '../../stores/firestore/firestore-status.ts';
 
 export const statusCommand: Command = {
   name: 'status',
@@ -27,6 +28,13 @@ events' occurredAt, the table line has MySQL's size and row estimate, and
 there are no WAL slots. Relays on MySQL do not record their circuits, so
 destinations down are not shown there.
 
+On Firestore (a firestore://PROJECT_ID[/DATABASE_ID] database URL) it shows
+the same backlog, parked and relay sections, counted with aggregation
+queries (the oldest pending age is by the events' commit time), and the
+outbox collection's document count instead of the table line; no WAL slots
+or destinations down. The queries need the composite indexes of
+\`txbox migrate --print\` on Firestore itself (not on the emulator).
+
 Exit code 0 when the database answered, whatever the backlog.`,
   options: { json: { type: 'boolean' } },
   async run({ flags, config, logger, out }) {
@@ -44,6 +52,7 @@ Exit code 0 when the database answered, whatever the backlog.`,
 /** The status as text or JSON: PostgreSQL's with circuits and WAL slots; MySQL's without them (it records neither). */
 export function renderReport(table: string, report: StatusReport, json: boolean): string {
   if (report.store === 'mysql') return json ? JSON.stringify(report.status, null, 2) : renderStatus(table, report.status);
+  if (report.store === 'firestore') return json ? JSON.stringify(report.status, null, 2) : renderFirestoreStatus(table, report.status);
   const { status, circuits, slots } = report;
   return json
     ? JSON.stringify({ ...status, circuits, slots }, null, 2)
@@ -62,7 +71,13 @@ export function renderStatus(table: string, s: OutboxStatus | MysqlOutboxStatus)
   return [`outbox ${table}`, renderTotals(s), renderDestinations(s.destinations), renderRelays(s.relays), renderTable(s.table)].join('\n\n');
 }
 
-function renderTotals(s: OutboxStatus | MysqlOutboxStatus): string {
+/** Firestore's status: the same sections, and the outbox collection's size instead of the table's. */
+function renderFirestoreStatus(outbox: string, s: FirestoreOutboxStatus): string {
+  const collection = `collection ${s.collection.name}: ${fmt(s.collection.documents)} documents (pending, parked, and published or skipped ones kept for retention)`;
+  return [`outbox ${outbox}`, renderTotals(s), renderDestinations(s.destinations), renderRelays(s.relays), collection].join('\n\n');
+}
+
+function renderTotals(s: OutboxStatus | MysqlOutboxStatus | FirestoreOutboxStatus): string {
   const pending = s.destinations.reduce((a, d) => a + d.pending, 0);
   const parked = s.destinations.reduce((a, d) => a + d.parked, 0);
   return `pending ${fmt(pending)}   in flight ${fmt(s.inFlight)}   parked ${fmt(parked)}   published last minute ${fmt(s.publishedLastMinute)}`;

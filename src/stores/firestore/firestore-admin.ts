@@ -1,7 +1,8 @@
-import { FieldValue, type Firestore, type QueryDocumentSnapshot } from '@google-cloud/firestore';
+import { FieldValue, type Firestore, type QueryDocumentSnapshot, type Timestamp } from '@google-cloud/firestore';
 import { ConfigError } from '../../core/errors.ts';
 import { uuidv7 } from '../../core/uuid.ts';
-import { collections, comparePositions, firestoreNames, type FirestoreCollections, type FirestoreNames, type FirestoreNamesOptions } from './firestore-names.ts';
+import { BUCKETS, collections, comparePositions, firestoreNames, type FirestoreCollections, type FirestoreNames, type FirestoreNamesOptions } from './firestore-names.ts';
+import { FirestoreStatusReader, type FirestoreOutboxStatus } from './firestore-status.ts';
 
 export interface FirestoreParkedEvent {
   /** The event document's id (a UUIDv7; the outbox position is its `ts`, then this id). */
@@ -20,6 +21,10 @@ export interface FirestoreParkedEvent {
 export type FirestoreParkedSelector = readonly string[] | { readonly ids: readonly string[] } | { readonly all: true; readonly destination?: string };
 
 export interface FirestoreReplayFilter {
+  /** By `occurredAt`, inclusive. */
+  readonly from?: Date;
+  /** By `occurredAt`, exclusive. */
+  readonly to?: Date;
   readonly key?: string;
   readonly type?: string;
   readonly destination?: string;
@@ -30,20 +35,44 @@ const CHUNK = 200;
 const IN_LIMIT = 30;
 
 /**
- * Operator actions on a Firestore outbox: parked events (list, retry, skip,
- * discard) and replay, each action audited in `<collection>_audit`. The CLI
- * does not drive it yet (docs/stores/firestore.md#limits).
+ * Operator actions on a Firestore outbox: status, parked events (list,
+ * retry, skip, discard) and replay, each action audited in
+ * `<collection>_audit`, and `prepare` (the bucket documents). Used by the
+ * CLI (`txbox migrate|status|parked|replay` on a firestore:// URL).
  */
 export class FirestoreAdmin {
   readonly names: FirestoreNames;
   readonly #db: Firestore;
   readonly #cols: FirestoreCollections;
+  readonly #status: FirestoreStatusReader;
 
   constructor(firestore: Firestore, options: FirestoreNamesOptions = {}) {
     if (!firestore || typeof (firestore as { collection?: unknown }).collection !== 'function') throw new ConfigError('firestore', 'is required: pass a Firestore instance');
     this.names = firestoreNames(options);
     this.#db = firestore;
     this.#cols = collections(firestore, this.names);
+    this.#status = new FirestoreStatusReader(firestore, this.names);
+  }
+
+  /**
+   * Creates the bucket documents that do not exist yet (relays would create
+   * them on their first lease), in one transaction: it reads and writes, so
+   * it also proves the credentials may. Returns how many it created (0 the
+   * second time).
+   */
+  async prepare(): Promise<number> {
+    const refs = Array.from({ length: BUCKETS }, (_, b) => this.#cols.buckets.doc(String(b)));
+    return this.#db.runTransaction(async (tx) => {
+      const snaps = await tx.getAll(...refs);
+      const missing = snaps.filter((s) => !s.exists);
+      for (const s of missing) tx.create(s.ref, { owner: null, token: 0, leaseUntil: null });
+      return missing.length;
+    });
+  }
+
+  /** One snapshot for `txbox status`: backlog per destination, relays, the collection's size. */
+  status(): Promise<FirestoreOutboxStatus> {
+    return this.#status.status();
   }
 
   /** Parked events, oldest first, without payloads. */
@@ -121,7 +150,12 @@ export class FirestoreAdmin {
     if (filter.destination !== undefined) q = q.where('destination', '==', filter.destination);
     if (filter.key !== undefined) q = q.where('key', '==', filter.key);
     if (filter.type !== undefined) q = q.where('type', '==', filter.type);
-    const docs = sortByPosition((await q.get()).docs);
+    // Firestore would need a composite index per combination of filters for a range on occurredAt: the range is applied here.
+    const inRange = (d: QueryDocumentSnapshot): boolean => {
+      const at = (d.get('occurredAt') as Timestamp).toMillis();
+      return (filter.from === undefined || at >= filter.from.getTime()) && (filter.to === undefined || at < filter.to.getTime());
+    };
+    const docs = sortByPosition((await q.get()).docs.filter(inRange));
     let copied = 0;
     for (let i = 0; i < docs.length; i += Math.min(chunk, 250)) {
       const batch = this.#db.batch();

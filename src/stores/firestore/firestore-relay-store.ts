@@ -1,8 +1,9 @@
 import { FieldPath, FieldValue, Timestamp, type DocumentReference, type DocumentSnapshot, type Firestore, type Query, type QueryDocumentSnapshot, type QuerySnapshot } from '@google-cloud/firestore';
 import type { StoredEvent } from '../../core/envelope.ts';
 import { ConfigError } from '../../core/errors.ts';
-import type { BucketLease, ClaimOptions, Completion, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
+import type { BucketLease, ClaimOptions, Completion, OutboxGauges, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
 import { BUCKETS, collections, comparePositions, firestoreNames, type FirestoreCollections, type FirestoreNames, type FirestoreNamesOptions, type Position } from './firestore-names.ts';
+import { FirestoreStatusReader } from './firestore-status.ts';
 
 export interface FirestoreRelayStoreOptions extends FirestoreNamesOptions {
   /** The Firestore instance (the store never terminates it: the caller does). Required. */
@@ -377,6 +378,16 @@ export class FirestoreRelayStore implements RelayStore {
   async backlog(): Promise<{ pending: number; parked: number }> {
     const [pending, parked] = await Promise.all(['pending', 'parked'].map((state) => this.#cols.outbox.where('state', '==', state).count().get()));
     return { pending: pending!.data().count, parked: parked!.data().count };
+  }
+
+  /**
+   * Pending, parked and oldest pending age per destination, and the relays
+   * alive, for the metric gauges (the relay caches it and reads it only when
+   * metrics are collected): aggregation counts and one read per destination
+   * with open events, plus the heartbeats (firestore-status.ts).
+   */
+  outboxGauges(): Promise<OutboxGauges> {
+    return new FirestoreStatusReader(this.#db, this.names).gauges();
   }
 
   /** Stops the wake-up listener. The Firestore instance is the caller's: `firestore.terminate()` ends it. */
