@@ -54,7 +54,7 @@ it('--store mysql without a MySQL URL, with a PostgreSQL one, or an unknown stor
   assert.equal(postgresUrl.code, 2, postgresUrl.stderr);
   assert.match(postgresUrl.stderr, /--store mysql: --database-url is not a mysql:\/\/ or mariadb:\/\/ URL/);
   assert.equal(unknown.code, 2, unknown.stderr);
-  assert.match(unknown.stderr, /--store: unknown "oracle"; choose postgres or mysql/);
+  assert.match(unknown.stderr, /--store: unknown "oracle"; choose postgres, mysql or firestore/);
   assert.equal(unreachable.code, 3, unreachable.stderr);
   assert.match(unreachable.stderr, /cannot reach the database at mysql:\/\/u:\*\*\*\*@127\.0\.0\.1:1\/x/);
   assert.doesNotMatch(unreachable.stderr + unreachable.stdout, /supersecret/);

@@ -28,17 +28,23 @@ export function firestoreClient(where: FirestoreLocation): Firestore {
   return new Firestore({ projectId: where.projectId, databaseId: where.databaseId });
 }
 
-export async function openFirestoreBackend(config: CliConfig): Promise<CliBackend> {
-  const where = firestoreLocation(config);
-  const n = firestoreCliNames(config);
+/** A client for `where` whose first read answered (a CliError with exit code 3 and the cause otherwise, the client ended). */
+export async function connectFirestore(where: FirestoreLocation, n: FirestoreNames): Promise<Firestore> {
   const firestore = firestoreClient(where);
-  const admin = new FirestoreAdmin(firestore, { collection: n.collection });
   try {
     await checkAccess(firestore, n, where);
   } catch (err) {
     await firestore.terminate().catch(() => {});
     throw err;
   }
+  return firestore;
+}
+
+export async function openFirestoreBackend(config: CliConfig): Promise<CliBackend> {
+  const where = firestoreLocation(config);
+  const n = firestoreCliNames(config);
+  const firestore = await connectFirestore(where, n);
+  const admin = new FirestoreAdmin(firestore, { collection: n.collection });
   return {
     store: 'firestore',
     outbox: `${n.outbox} (${where.label})`,

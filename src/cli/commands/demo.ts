@@ -7,6 +7,7 @@ import { runDemo, type DemoReport } from '../demo/demo-run.ts';
 import { HttpDemoSink } from '../demo/http-sink.ts';
 import type { DemoSink } from '../demo/demo-sink.ts';
 import { storeOf } from '../backends/backend.ts';
+import { parseFirestoreUrl, type FirestoreLocation } from '../backends/firestore-url.ts';
 
 /** Where the demo publishes; broker sinks take the broker address from --transport-url or TXBOX_TRANSPORT_URL. */
 const SINKS: Record<string, (url: string | undefined) => Promise<DemoSink>> = {
@@ -26,7 +27,7 @@ const SINKS: Record<string, (url: string | undefined) => Promise<DemoSink>> = {
 export const demoCommand: Command = {
   name: 'demo',
   summary: 'run an order service, the relay and a receiver, and verify: nothing lost, nothing phantom, per-key order kept',
-  help: `Usage: txbox demo [--events N] [--writers N] [--crash-relay-every DURATION] [--database-url URL] [--store mysql]
+  help: `Usage: txbox demo [--events N] [--writers N] [--crash-relay-every DURATION] [--database-url URL] [--store mysql|firestore]
 
 Needs no service: an order service on embedded PGlite writes orders and
 payments with concurrent writers (about 10% of transactions roll back), a
@@ -44,9 +45,14 @@ Options:
   --crash-relay-every DUR  abort the relay this often (e.g. 300ms, 2s), as a crash would, and start a new one
   --database-url URL       run the same demo on PostgreSQL (a temporary schema, dropped after),
                            or on MySQL/MariaDB with a mysql:// or mariadb:// URL (tables
-                           prefixed txbox_demo_<id>_ in the URL's database, dropped after)
-  --store TYPE             postgres (default; PGlite without --database-url) or mysql
-                           (needs a mysql:// or mariadb:// --database-url; implied by one)
+                           prefixed txbox_demo_<id>_ in the URL's database, dropped after),
+                           or on Firestore with firestore://PROJECT_ID[/DATABASE_ID]
+                           (collections prefixed txbox_demo_<id>_, deleted after)
+  --store TYPE             postgres (default; PGlite without --database-url), mysql (needs a
+                           mysql:// or mariadb:// --database-url; implied by one) or firestore
+                           (a firestore:// --database-url, implied by one, or the emulator at
+                           FIRESTORE_EMULATOR_HOST in project txbox-demo; the inventory
+                           service's inbox then runs on embedded PGlite)
   --transport TYPE         where the relay publishes: http (default, in-process receiver),
                            kafka, rabbitmq, nats or redis (a real broker, read back to verify),
                            pubsub or sqs (an emulator: Google's Pub/Sub emulator, ElasticMQ)
@@ -73,6 +79,7 @@ Options:
     const rollbackRate = flags['rollback-rate'] === undefined ? 0.1 : Number(flags['rollback-rate']);
     if (!(rollbackRate >= 0 && rollbackRate < 1)) throw new CliError('--rollback-rate: must be a number from 0 to below 1, e.g. 0.1');
     const store = demoStore(typeof flags.store === 'string' ? flags.store : undefined, config.databaseUrl, config.sources.databaseUrl);
+    const firestore = store === 'firestore' ? firestoreDemoLocation(config.databaseUrl, config.sources.databaseUrl) : undefined;
     const sinkName = typeof flags.transport === 'string' ? flags.transport : 'http';
     const makeSink = SINKS[sinkName];
     if (!makeSink) throw new CliError(`--transport: unknown ${JSON.stringify(sinkName)}; choose one of ${Object.keys(SINKS).join(', ')}`);
@@ -85,6 +92,7 @@ Options:
       crashEveryMs: typeof flags['crash-relay-every'] === 'string' ? parseDuration(flags['crash-relay-every'], '--crash-relay-every') : 0,
       databaseUrl: config.databaseUrl,
       store,
+      ...(firestore ? { firestore } : {}),
       sink,
       onProgress: (line) => progress.update(line),
       signal,
@@ -103,9 +111,33 @@ Options:
 
 const isMysqlUrl = (url: string | undefined): boolean => url !== undefined && storeOf(url) === 'mysql';
 
-/** The demo's store: --store, or the database URL's scheme (mysql:// and mariadb:// are MySQL); a mismatch names both. */
-export function demoStore(flag: string | undefined, url: string | undefined, urlSource: string | undefined): 'postgres' | 'mysql' {
-  if (flag !== undefined && flag !== 'postgres' && flag !== 'mysql') throw new CliError(`--store: unknown ${JSON.stringify(flag)}; choose postgres or mysql`);
+/** The project of the demo on the emulator when no firestore:// URL names one. */
+export const DEMO_EMULATOR_PROJECT = 'txbox-demo';
+
+/** Where the Firestore demo runs: the URL's project, or the emulator's demo project; a CliError naming the fix when neither is given. */
+export function firestoreDemoLocation(url: string | undefined, source: string | undefined, env: NodeJS.ProcessEnv = process.env): FirestoreLocation {
+  if (url !== undefined) return parseFirestoreUrl(url, source ?? 'the database URL', env);
+  if (!env.FIRESTORE_EMULATOR_HOST) {
+    throw new CliError(
+      '--store firestore needs Firestore: set FIRESTORE_EMULATOR_HOST=127.0.0.1:8086 to use the emulator (scripts/firestore/up.sh starts it), or pass --database-url firestore://PROJECT_ID (Application Default Credentials)',
+    );
+  }
+  return parseFirestoreUrl(`firestore://${DEMO_EMULATOR_PROJECT}`, 'FIRESTORE_EMULATOR_HOST', env);
+}
+
+/** The demo's store: --store, or the database URL's scheme (mysql:// and mariadb:// are MySQL, firestore:// Firestore); a mismatch names both. */
+export function demoStore(flag: string | undefined, url: string | undefined, urlSource: string | undefined): 'postgres' | 'mysql' | 'firestore' {
+  if (flag !== undefined && flag !== 'postgres' && flag !== 'mysql' && flag !== 'firestore') throw new CliError(`--store: unknown ${JSON.stringify(flag)}; choose postgres, mysql or firestore`);
+  const firestoreUrl = url !== undefined && storeOf(url) === 'firestore';
+  if (flag === 'firestore') {
+    // No URL: the emulator (firestoreDemoLocation says what to set when there is none).
+    if (url !== undefined && !firestoreUrl) throw new CliError(`--store firestore: ${urlSource ?? 'the database URL'} is not a firestore:// URL; pass --database-url firestore://PROJECT_ID, or none to use the emulator at FIRESTORE_EMULATOR_HOST`);
+    return 'firestore';
+  }
+  if (firestoreUrl) {
+    if (flag !== undefined) throw new CliError(`--store ${flag}: ${urlSource ?? 'the database URL'} is a Firestore URL; pass --store firestore or a ${flag === 'mysql' ? 'mysql://' : 'postgres://'} URL`);
+    return 'firestore';
+  }
   const mysqlUrl = isMysqlUrl(url);
   if (flag === 'mysql' && !mysqlUrl) {
     throw new CliError(

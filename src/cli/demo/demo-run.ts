@@ -10,6 +10,7 @@ import { RolledBack, type CommittedEvent } from './order-service.ts';
 import type { ProjectionCheck } from './inventory-service.ts';
 import { postgresDemoBackend, type DemoBackend } from './demo-backend.ts';
 import type { DemoSink } from './demo-sink.ts';
+import type { FirestoreLocation } from '../backends/firestore-url.ts';
 
 export interface DemoOptions {
   /** Events to commit. */
@@ -22,7 +23,9 @@ export interface DemoOptions {
   /** A PostgreSQL URL, or with `store: 'mysql'` a MySQL/MariaDB one; default: embedded PGlite in memory. */
   readonly databaseUrl: string | undefined;
   /** Default: PostgreSQL (PGlite without a URL). */
-  readonly store?: 'postgres' | 'mysql';
+  readonly store?: 'postgres' | 'mysql' | 'firestore';
+  /** With `store: 'firestore'`: the project and database (from a firestore:// URL, or the emulator's demo project). */
+  readonly firestore?: FirestoreLocation;
   readonly sink: DemoSink;
   readonly onProgress: (line: string) => void;
   /** Aborting stops the writers, stops the relay gracefully and reports what happened so far. */
@@ -50,7 +53,12 @@ const SCHEMA_PREFIX = 'txbox_demo';
 export async function runDemo(o: DemoOptions): Promise<DemoReport> {
   const id = randomUUID().slice(0, 8);
   const schema = `${SCHEMA_PREFIX}_${id}`;
-  const backend = o.store === 'mysql' ? await (await import('./mysql-demo.ts')).openMysqlDemo(o.databaseUrl!, id) : await openDemoDatabase(o.databaseUrl, schema);
+  const backend =
+    o.store === 'mysql'
+      ? await (await import('./mysql-demo.ts')).openMysqlDemo(o.databaseUrl!, id)
+      : o.store === 'firestore'
+        ? await (await importOptional('the demo on Firestore', () => import('./firestore-demo.ts'))).openFirestoreDemo(o.firestore!, id)
+        : await openDemoDatabase(o.databaseUrl, schema);
   let relay: Relay | undefined;
   try {
     await backend.setup();
