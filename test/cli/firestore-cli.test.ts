@@ -91,7 +91,7 @@ describe('txbox CLI on Firestore (emulator)', { concurrency: true, timeout: 120_
     assert.match(again.stdout, /the bucket documents of txbox_outbox_buckets exist/);
 
     // --print: no emulator, no credentials, no connection: the URL's scheme alone picks Firestore's index file.
-    const print = await runCli(['migrate', '--print', '--table', 'shop_outbox'], { TXBOX_DATABASE_URL: 'firestore://nowhere-project' });
+    const print = await runCli(['migrate', '--print', '--table', 'shop_outbox'], { TXBOX_DATABASE_URL: 'firestore://nowhere-project', FIRESTORE_EMULATOR_HOST: '' });
     expectExit(print, 0, 'migrate --print on firestore://');
     const file = JSON.parse(print.stdout) as { indexes: { collectionGroup: string; queryScope: string; fields: { fieldPath: string; order: string }[] }[]; fieldOverrides: { collectionGroup: string; fieldPath: string; indexes: unknown[] }[] };
     assert.equal(file.indexes.length, 8);
