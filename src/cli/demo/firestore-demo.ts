@@ -5,7 +5,12 @@
  * prefixed `txbox_demo_<id>_` in the project the URL names (on the emulator
  * with FIRESTORE_EMULATOR_HOST and no URL: project `txbox-demo`), deleted at
  * the end. An order's payment is a transaction that reads the order's
- * document, so one order's events commit in version order.
+ * document, so one order's events commit in version order. The writers of
+ * this process also take turns per order: the emulator aborts a transaction
+ * that contends for a document, and the client backs off a second or more
+ * before it retries (8 writers paying 5 orders made 9 transactions a
+ * second), which made the demo crawl; Firestore's transaction is still what
+ * orders an order's writes (and would across processes).
  *
  * The inventory service (inbox and version-guarded projection) keeps its
  * tables on embedded PGlite, as a second service with a database of its own
@@ -32,6 +37,17 @@ export async function openFirestoreDemo(where: FirestoreLocation, id: string): P
   const db: Firestore = await connectFirestore(where, names);
   const orders = db.collection(`${prefix}orders`);
   const payments = db.collection(`${prefix}payments`);
+  // Each order's payments in this process, one after the other (see above).
+  const turns = new Map<string, Promise<unknown>>();
+  const inTurn = <T>(orderId: string, fn: () => Promise<T>): Promise<T> => {
+    const run = (turns.get(orderId) ?? Promise.resolve()).catch(() => {}).then(fn);
+    turns.set(orderId, run);
+    const forget = () => {
+      if (turns.get(orderId) === run) turns.delete(orderId);
+    };
+    run.then(forget, forget);
+    return run;
+  };
   const outbox = createOutbox({ store: new FirestoreOutboxStore({ firestore: db, collection: names.collection }), events: [OrderCreated, PaymentCaptured] });
 
   // The inventory service: a database of its own (embedded PGlite), its inbox and projection there.
@@ -58,8 +74,8 @@ export async function openFirestoreDemo(where: FirestoreLocation, id: string): P
     },
     capturePayment(orderId, paymentId, amount, rollback): Promise<CommittedEvent> {
       // Reading the order serializes its writers: Firestore commits them one after the other, in version order.
-      // Several writers pay the same recent orders: contention retries the transaction, so allow more attempts than the default 5.
-      return db.runTransaction(
+      // Writers of other processes could still contend: allow more attempts than the default 5.
+      return inTurn(orderId, () => db.runTransaction(
         async (tx) => {
           const order = await tx.get(orders.doc(orderId));
           const version = Number(order.get('version')) + 1;
@@ -71,7 +87,7 @@ export async function openFirestoreDemo(where: FirestoreLocation, id: string): P
           return { id: eventId!, key: `Order:${orderId}`, version };
         },
         { maxAttempts: 50 },
-      );
+      ));
     },
     deliver: (event: OutboxEvent) => inventory.deliver(event),
     async check() {
