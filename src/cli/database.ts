@@ -22,7 +22,7 @@ export interface OpenDatabase {
  */
 export async function openDatabase(config: CliConfig, logger: Logger, requireSchema = true, applicationName = 'txbox'): Promise<OpenDatabase> {
   if (storeOf(config.databaseUrl) === 'mysql') {
-    throw new CliError(`${config.sources.databaseUrl ?? 'the database URL'} is a MySQL URL: this command runs on PostgreSQL only (on MySQL and MariaDB: migrate, relay, status, parked, replay and demo)`);
+    throw new CliError(`${config.sources.databaseUrl ?? 'the database URL'} is a MySQL URL: this command runs on PostgreSQL only (on MySQL and MariaDB: migrate, relay, status, parked, replay, prune, inbox, dashboard and demo)`);
   }
   let names: PostgresNames;
   try {

@@ -141,7 +141,7 @@ export class PostgresInboxAdmin {
    * older than that would run its handler again: keep rows longer than any
    * broker may redeliver (default in the CLI: 7 days).
    */
-  async prune(olderThanMs: number, batchSize = 5000): Promise<number> {
+  async prune(olderThanMs: number, batchSize = 5000, onProgress?: (deleted: number) => void): Promise<number> {
     let total = 0;
     for (;;) {
       const { rows } = await this.db.query<{ n: number }>(
@@ -154,6 +154,7 @@ export class PostgresInboxAdmin {
         [olderThanMs, batchSize],
       );
       total += rows[0]!.n;
+      if (rows[0]!.n > 0) onProgress?.(total);
       if (rows[0]!.n < batchSize) return total;
     }
   }
