@@ -153,11 +153,20 @@ export class MysqlInboxAdmin {
     for (;;) {
       const batch = await this.db.query<{ consumer: string; event_id: string }>(`SELECT consumer, event_id FROM ${t} WHERE ${done} ORDER BY processed_at LIMIT ?`, [age, batchSize]);
       if (batch.length > 0) {
-        const r = (await this.db.query(`DELETE FROM ${t} WHERE (${batch.map(() => '(consumer = ? AND event_id = ?)').join(' OR ')}) AND ${done}`, [
-          ...batch.flatMap((b) => [b.consumer, b.event_id]),
-          age,
-        ])) as unknown as { affectedRows: number };
-        total += Number(r.affectedRows);
+        // One statement per consumer: `consumer = ? AND event_id IN (...)` is a range on the primary key, where an
+        // OR of 5,000 (consumer, event_id) pairs makes MariaDB scan the whole table.
+        const byConsumer = new Map<string, string[]>();
+        for (const b of batch) {
+          const ids = byConsumer.get(b.consumer);
+          if (ids) ids.push(b.event_id);
+          else byConsumer.set(b.consumer, [b.event_id]);
+        }
+        for (const [consumer, ids] of byConsumer) {
+          const r = (await this.db.query(`DELETE FROM ${t} WHERE consumer = ? AND event_id IN (${marks(ids.length)}) AND ${done}`, [consumer, ...ids, age])) as unknown as {
+            affectedRows: number;
+          };
+          total += Number(r.affectedRows);
+        }
         onProgress?.(total);
       }
       if (batch.length < batchSize) return total;
