@@ -1,12 +1,12 @@
 import { ConfigError } from '../../core/errors.ts';
 import { canonicalEventId } from '../../core/inbound-event.ts';
-import type { DeadEvent, HeldEvent, InboxConsumerStatus } from '../postgres/postgres-inbox-admin.ts';
+import type { DeadEvent, HeldEvent, InboxConsumerStatus } from '../../core/inbox-admin-types.ts';
 import type { MysqlConnection } from './mysql-connection.ts';
 import { deadlockRetry } from './mysql-errors.ts';
 import { keySlot } from './mysql-inbox-store.ts';
 import { mysqlInboxNames, NOW, type MysqlInboxNames, type MysqlNamesOptions } from './mysql-sql.ts';
 
-export type { DeadEvent, HeldEvent, InboxConsumerStatus } from '../postgres/postgres-inbox-admin.ts';
+export type { DeadEvent, HeldEvent, InboxConsumerStatus } from '../../core/inbox-admin-types.ts';
 
 const num = (v: unknown): number => Number(v ?? 0);
 /** DATETIME(6) text in UTC (the connection's `dateStrings`) or a Date, as a Date. */
