@@ -7,7 +7,7 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Firestore, Transaction } from '@google-cloud/firestore';
+import { Timestamp, type Firestore, type Transaction } from '@google-cloud/firestore';
 import { ConfigError, createOutbox, createRelay, defineEvent, InvalidEventError, payloadType, PayloadTooLargeError, TransportError, type Relay } from 'txbox';
 import { checkDeliveries, RecordingTransport } from 'txbox/testing';
 import { FirestoreOutboxStore, FirestoreRelayStore } from '../../src/stores/firestore/index.ts';
@@ -162,6 +162,27 @@ describe('firestore store', { skip, timeout: 240_000 }, () => {
     const batch = db.batch();
     await batch.commit();
     await assert.rejects(outbox.enqueue(batch, Changed({ aggregateId: 'late', payload: { n: 3 } })), /committed/);
+  });
+
+  it('relay documents: a clean stop deletes its own, a live relay deletes those expired for over a day and keeps the others', async () => {
+    const relays = db.collection('txbox_outbox_relays');
+    const old = Timestamp.fromMillis(Date.now() - 2 * 86_400_000);
+    const recent = Timestamp.fromMillis(Date.now() - 3_600_000);
+    // A relay killed two days ago, one that left cleanly two days ago (older txbox kept them), one expired an hour ago.
+    await relays.doc('gone-crashed').set({ relayId: 'gone-crashed', host: 'h', pid: 1, ttlMs: 30_000, heartbeatAt: old, leftAt: null });
+    await relays.doc('gone-left').set({ relayId: 'gone-left', host: 'h', pid: 2, ttlMs: 30_000, heartbeatAt: old, leftAt: old });
+    await relays.doc('expired-recently').set({ relayId: 'expired-recently', host: 'h', pid: 3, ttlMs: 30_000, heartbeatAt: recent, leftAt: null });
+    const { relay: r } = relay(new RecordingTransport());
+    await r.start();
+    try {
+      await waitFor('the documents of relays expired for over a day deleted', async () => !(await relays.doc('gone-crashed').get()).exists && !(await relays.doc('gone-left').get()).exists, 30_000);
+      assert.equal((await relays.doc('expired-recently').get()).exists, true, 'a relay expired an hour ago is kept (txbox status shows it expired)');
+      assert.equal((await relays.doc(r.relayId).get()).exists, true, 'the live relay heartbeats');
+    } finally {
+      await stopAll();
+    }
+    assert.equal((await relays.doc(r.relayId).get()).exists, false, 'a clean stop deletes the relay\'s document');
+    await relays.doc('expired-recently').delete();
   });
 
   it('backlog counts pending and parked events', async () => {
