@@ -11,7 +11,8 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { FieldValue, type Firestore, type Transaction } from '@google-cloud/firestore';
-import { ConfigError, createInbox, defineEvent, payloadType, type OutboxEvent } from 'txbox';
+import { ConfigError, createInbox, defineEvent, HoldEvent, payloadType, type OutboxEvent } from 'txbox';
+import type { InboxStore } from '../../src/core/inbox-ports.ts';
 import { uuidv7 } from '../../src/core/uuid.ts';
 import { applyVersioned, FirestoreInboxAdmin, FirestoreInboxStore } from '../../src/stores/firestore/index.ts';
 import { dropFirestore, emulatorFirestore, firestoreSkip } from '../helpers/firestore.ts';
@@ -135,6 +136,50 @@ describe('firestore inbox', { skip, timeout: 240_000 }, () => {
     assert.deepEqual(await admin.retryHeld({ ids: [v9.id.toUpperCase()] }, 'test'), [v9.id]);
     assert.equal(await inbox.redrive(), 1);
     assert.deepEqual((await admin.listHeld({ consumer: 'held' })).map((h) => h.id), [v9.id]);
+  });
+
+  it('version 3 deciding to hold while version 2 commits in another process: version 3 is applied, nothing stays held (the per-key lock document)', async () => {
+    const view = db.collection('race_view');
+    const [v1, v2, v3] = [event('race', 1), event('race', 2), event('race', 3)];
+    let v2Started = (): void => {};
+    const started = new Promise<void>((r) => (v2Started = r));
+    // Process B's store says when version 2's transaction starts; process A's handler of version 3 waits for that while deciding to hold.
+    const storeB: InboxStore<Transaction> = {
+      runBatch: (c, events, handler, options) => {
+        if (events.some((e) => e.id === v2.id)) v2Started();
+        return store.runBatch(c, events, handler, options);
+      },
+      recordFailure: (...a) => store.recordFailure(...a),
+      hold: (...a) => store.hold(...a),
+      recheckHeld: (...a) => store.recheckHeld(...a),
+      redrivable: (...a) => store.redrivable(...a),
+    };
+    let v3Holds = 0;
+    const projecting = (inboxStore: InboxStore<Transaction>) => {
+      const inbox = createInbox<Transaction>({ store: inboxStore, consumer: 'race', autoStart: false, metrics: false });
+      inbox.on(Counted, async (e, tx) => {
+        try {
+          await applyVersioned(tx, { document: view.doc(e.aggregateId), version: e.version!, values: { last: e.id }, onGap: 'hold' });
+        } catch (err) {
+          // The run that writes the hold (the second) waits, after its reads, until version 2's transaction is under way.
+          if (err instanceof HoldEvent && e.id === v3.id && ++v3Holds === 2) {
+            await started;
+            await sleep(300);
+          }
+          throw err;
+        }
+      });
+      return inbox;
+    };
+    const [a, b] = [projecting(store), projecting(storeB)];
+    assert.equal((await a.process(v1)).status, 'processed');
+    const holding = a.process(v3);
+    await sleep(50);
+    const [o3, o2] = await Promise.all([holding, b.process(v2)]);
+    assert.equal(o2.status, 'processed');
+    assert.ok(o3.status === 'held' || o3.status === 'processed', o3.status);
+    assert.equal((await view.doc('race').get()).get('version'), 3, 'version 3 is applied once version 2 is');
+    assert.deepEqual(await admin.listHeld({ consumer: 'race' }), [], 'nothing stays held');
   });
 
   it('dead events: discard deletes them (audited); prune deletes processed documents older than the cutoff, in batches, and nothing else', async () => {
