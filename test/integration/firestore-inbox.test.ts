@@ -11,10 +11,10 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { FieldValue, type Firestore, type Transaction } from '@google-cloud/firestore';
-import { ConfigError, createInbox, defineEvent, HoldEvent, payloadType, type OutboxEvent } from 'txbox';
+import { ConfigError, createInbox, createOutbox, defineEvent, HoldEvent, payloadType, type OutboxEvent } from 'txbox';
 import type { InboxStore } from '../../src/core/inbox-ports.ts';
 import { uuidv7 } from '../../src/core/uuid.ts';
-import { applyVersioned, FirestoreInboxAdmin, FirestoreInboxStore } from '../../src/stores/firestore/index.ts';
+import { applyVersioned, FirestoreInboxAdmin, FirestoreInboxStore, FirestoreOutboxStore } from '../../src/stores/firestore/index.ts';
 import { dropFirestore, emulatorFirestore, firestoreSkip } from '../helpers/firestore.ts';
 
 const Counted = defineEvent({ type: 'Counted', aggregateType: 'Counter', destination: 'counters', payload: payloadType<{ pad?: string }>() });
@@ -88,6 +88,28 @@ describe('firestore inbox', { skip, timeout: 240_000 }, () => {
     assert.ok([...runs.values()].reduce((a, b) => a + b, 0) > 3, 'the batch was tried first');
   });
 
+  it('consume and produce: events enqueued through the handler\'s tx commit with its inbox mark, or not at all; the tx is refused after the handler', async () => {
+    const Forwarded = defineEvent({ type: 'Forwarded', aggregateType: 'Counter', destination: 'forwarded', payload: payloadType<{ from: string }>() });
+    const outbox = createOutbox({ store: new FirestoreOutboxStore({ firestore: db, collection: 'forward_outbox' }), events: [Forwarded] });
+    let fail = true;
+    let kept: Transaction | undefined;
+    const inbox = createInbox<Transaction>({ store, consumer: 'forward', autoStart: false, metrics: false, retry: { baseDelayMs: 1, maxDelayMs: 1 } });
+    inbox.on(Counted, async (e, tx) => {
+      kept = tx;
+      await outbox.enqueue(tx, Forwarded({ aggregateId: e.aggregateId, payload: { from: e.id } }));
+      if (fail) throw new Error('after the enqueue');
+    });
+    const e = event('forward');
+    const forwarded = async () => (await db.collection('forward_outbox').where('aggregateId', '==', 'forward').get()).docs.map((d) => JSON.parse(d.get('payload') as string).from);
+    assert.equal((await inbox.process(e)).status, 'retry');
+    assert.deepEqual(await forwarded(), [], 'rolled back with the handler');
+    fail = false;
+    assert.equal((await inbox.process(e)).status, 'processed');
+    assert.equal((await inbox.process(e)).status, 'duplicate');
+    assert.deepEqual(await forwarded(), [e.id], 'once');
+    await assert.rejects(outbox.enqueue(kept!, Forwarded({ aggregateId: 'late', payload: { from: 'late' } })), /already ended/);
+  });
+
   it('a handler that reads after its own write is refused with a message that says so', async () => {
     const inbox = createInbox<Transaction>({ store, consumer: 'rw', autoStart: false, metrics: false, retry: { maxAttempts: 2, baseDelayMs: 1, maxDelayMs: 1 } });
     inbox.on(Counted, async (e, tx) => {
@@ -138,7 +160,7 @@ describe('firestore inbox', { skip, timeout: 240_000 }, () => {
     assert.deepEqual((await admin.listHeld({ consumer: 'held' })).map((h) => h.id), [v9.id]);
   });
 
-  it('version 3 deciding to hold while version 2 commits in another process: version 3 is applied, nothing stays held (the per-key lock document)', async () => {
+  it('version 3 deciding to hold while version 2 commits in another process: version 3 is applied, nothing stays held', async () => {
     const view = db.collection('race_view');
     const [v1, v2, v3] = [event('race', 1), event('race', 2), event('race', 3)];
     let v2Started = (): void => {};

@@ -295,7 +295,7 @@ export class FirestoreInboxStore implements InboxStore<Transaction> {
         else tx.set(m.ref, { ...base, status: 'held', processedAt: null, lastError: m.hold, envelope: envelopeJson({ ...m.e, id: m.id }), heldAt: FieldValue.serverTimestamp() });
       }
       for (const ref of keyRefs) tx.set(ref, { at: FieldValue.serverTimestamp() });
-      return { ran, heldKeys: [...heldKeys].filter((k) => claimedKeys.includes(k)), held };
+      return { ran, heldKeys: [...heldKeys], held };
     });
   }
 
