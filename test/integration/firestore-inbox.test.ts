@@ -73,11 +73,23 @@ describe('firestore inbox', { skip, timeout: 240_000 }, () => {
 
   it('group commit: read-modify-write handlers of different documents share one transaction; two of one document in a batch fall back to one each', async () => {
     const runs = new Map<string, number>();
-    const inbox = createInbox<Transaction>({ store, consumer: 'group', autoStart: false, metrics: false });
+    const sizes: number[] = [];
+    const counting: InboxStore<Transaction> = {
+      runBatch: (c, events, handler, options) => {
+        sizes.push(events.length);
+        return store.runBatch(c, events, handler, options);
+      },
+      recordFailure: (...a) => store.recordFailure(...a),
+      hold: (...a) => store.hold(...a),
+      recheckHeld: (...a) => store.recheckHeld(...a),
+      redrivable: (...a) => store.redrivable(...a),
+    };
+    const inbox = createInbox<Transaction>({ store: counting, consumer: 'group', autoStart: false, metrics: false });
     inbox.on(Counted, increment(runs));
     const spread = Array.from({ length: 10 }, (_, i) => event(`group-${i}`));
     const outcomes = await Promise.all(spread.map((e) => inbox.process(e)));
     assert.ok(outcomes.every((o) => o.status === 'processed'));
+    assert.ok(Math.max(...sizes) > 1, `batches of ${sizes.join(', ')}`);
     assert.equal([...runs.values()].reduce((a, b) => a + b, 0), 10, 'every handler ran once: the batch committed as one (a fallback runs them again)');
     // One key's run in one transaction: the second handler reads the document the first wrote, which Firestore cannot show it.
     runs.clear();
