@@ -262,7 +262,7 @@ describe('firestore store', { skip, timeout: 240_000 }, () => {
     }
   });
 
-  it('errors name the field: a payload over the document limit, a missing Firestore, a bad collection name, a bad wake mode', async () => {
+  it('errors name the field: a payload over the document limit, a missing Firestore, a bad collection name, a bad wake mode, a too short relay retention', async () => {
     const big = createOutbox({ store: new FirestoreOutboxStore({ firestore: db }), events: [Changed], maxPayloadBytes: 4 * 1024 * 1024 });
     await assert.rejects(
       db.runTransaction((tx) => big.enqueue(tx, Changed({ aggregateId: 'big', payload: { n: 1, pad: 'x'.repeat(1_100_000) } as { n: number } }))),
@@ -273,5 +273,6 @@ describe('firestore store', { skip, timeout: 240_000 }, () => {
     assert.throws(() => new FirestoreOutboxStore({ firestore: db, collection: '__outbox__' }), /reserved by Firestore/);
     assert.throws(() => new FirestoreRelayStore({ firestore: db, wake: 'notify' as never }), /wake/);
     assert.throws(() => new FirestoreRelayStore({ firestore: db, maxClaimScan: 0 }), /maxClaimScan/);
+    assert.throws(() => new FirestoreRelayStore({ firestore: db, relayRetentionMs: 1000 }), (err: unknown) => err instanceof ConfigError && /relayRetentionMs/.test(err.message) && /60000/.test(err.message));
   });
 });
