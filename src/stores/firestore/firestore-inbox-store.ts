@@ -233,9 +233,10 @@ export class FirestoreInboxStore implements InboxStore<Transaction> {
       seen.add(id);
       input.push({ n, id, e: events[n]!, ref: this.#doc(consumer, id) });
     }
-    const keyRefs = [...new Set(input.filter(({ e }) => e.version !== null && e.version !== undefined).map(({ e }) => e.key))]
-      .map((key) => this.#db.collection(this.names.keys).doc(keyDocId(consumer, key)))
-      .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    const locks = [...new Set(input.filter(({ e }) => e.version !== null && e.version !== undefined).map(({ e }) => e.key))]
+      .map((key) => ({ key, ref: this.#db.collection(this.names.keys).doc(keyDocId(consumer, key)) }))
+      .sort((a, b) => (a.ref.id < b.ref.id ? -1 : a.ref.id > b.ref.id ? 1 : 0));
+    const keyRefs = locks.map((l) => l.ref);
     return this.#db.runTransaction(async (tx) => {
       // Reads first (Firestore's rule): the key locks, the inbox documents, the held events of the claimed keys.
       const snaps = input.length + keyRefs.length === 0 ? [] : await tx.getAll(...keyRefs, ...input.map((i) => i.ref));
@@ -294,7 +295,8 @@ export class FirestoreInboxStore implements InboxStore<Transaction> {
         if (m.hold === undefined) tx.set(m.ref, { ...base, status: 'processed', processedAt: FieldValue.serverTimestamp(), lastError: null, envelope: null, heldAt: null });
         else tx.set(m.ref, { ...base, status: 'held', processedAt: null, lastError: m.hold, envelope: envelopeJson({ ...m.e, id: m.id }), heldAt: FieldValue.serverTimestamp() });
       }
-      for (const ref of keyRefs) tx.set(ref, { at: FieldValue.serverTimestamp() });
+      // A key's lock is written when this batch ran one of its events (read only, it orders nothing this batch changes).
+      for (const l of locks) if (claimedKeys.includes(l.key)) tx.set(l.ref, { at: FieldValue.serverTimestamp() });
       return { ran, heldKeys: [...heldKeys], held };
     });
   }
