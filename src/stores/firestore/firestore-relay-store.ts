@@ -171,8 +171,13 @@ export class FirestoreRelayStore implements RelayStore {
    * a relay that came back meanwhile keeps its document.
    */
   async #sweep(now: Timestamp): Promise<void> {
-    const gone = await this.#cols.relays.where('heartbeatAt', '<', plus(now, -this.#relayRetentionMs)).limit(SWEEP_LIMIT).get();
-    await Promise.all(gone.docs.map((d) => d.ref.delete({ lastUpdateTime: d.updateTime }).catch(() => undefined)));
+    try {
+      const gone = await this.#cols.relays.where('heartbeatAt', '<', plus(now, -this.#relayRetentionMs)).limit(SWEEP_LIMIT).get();
+      // A document that changed since the read (its relay came back) fails its precondition and stays.
+      await Promise.all(gone.docs.map((d) => d.ref.delete({ lastUpdateTime: d.updateTime }).catch(() => undefined)));
+    } catch {
+      // Housekeeping only: the heartbeat goes on, and the next sweep (in 10 minutes) tries again.
+    }
   }
 
   async lease(relayId: string, held: readonly BucketLease[], acquire: number, ttlMs: number): Promise<BucketLease[]> {
