@@ -224,7 +224,7 @@ describe('firestore inbox', { skip, timeout: 240_000 }, () => {
     assert.deepEqual(await admin.listHeld({ consumer: 'race' }), [], 'nothing stays held');
   });
 
-  it('dead events: discard deletes them (audited); prune deletes processed documents older than the cutoff, in batches, and nothing else', async () => {
+  it('status counts per consumer; dead events: discard deletes them (audited); prune deletes processed documents older than the cutoff, in batches, and nothing else', async () => {
     const inbox = createInbox<Transaction>({ store, consumer: 'prune', autoStart: false, metrics: false, retry: { maxAttempts: 1 } });
     inbox.on(Counted, async (e, tx) => {
       if (e.aggregateId === 'prune-bad') throw new Error('no');
@@ -234,6 +234,10 @@ describe('firestore inbox', { skip, timeout: 240_000 }, () => {
     assert.equal((await inbox.process(bad)).status, 'dead');
     for (let i = 0; i < 7; i++) assert.equal((await inbox.process(event('prune-ok'))).status, 'processed');
     assert.deepEqual((await admin.listDead({ consumer: 'prune' })).map((d) => d.id), [bad.id]);
+    const [status] = await admin.status(['prune']);
+    assert.deepEqual({ ...status!, lastProcessedAt: status!.lastProcessedAt instanceof Date }, { consumer: 'prune', processed: 7, failed: 0, dead: 1, held: 0, retry: 0, processedLastMinute: 7, lastProcessedAt: true });
+    assert.deepEqual((await admin.status(['nobody']))[0], { consumer: 'nobody', processed: 0, failed: 0, dead: 0, held: 0, retry: 0, processedLastMinute: 0, lastProcessedAt: null });
+    await assert.rejects(admin.status([]), (err: unknown) => err instanceof ConfigError && /consumers/.test(err.message));
     const all = (await db.collection('txbox_inbox').where('status', '==', 'processed').count().get()).data().count;
     assert.equal(await admin.prune(3_600_000), 0, 'nothing processed an hour ago');
     await sleep(20);

@@ -1,10 +1,10 @@
-import { FieldValue, type DocumentReference, type Firestore, type Query, type QueryDocumentSnapshot, type Timestamp } from '@google-cloud/firestore';
+import { FieldValue, Timestamp, type DocumentReference, type Firestore, type Query, type QueryDocumentSnapshot } from '@google-cloud/firestore';
 import { ConfigError } from '../../core/errors.ts';
 import { canonicalEventId } from '../../core/inbound-event.ts';
-import type { DeadEvent, HeldEvent } from '../postgres/postgres-inbox-admin.ts';
+import type { DeadEvent, HeldEvent, InboxConsumerStatus } from '../postgres/postgres-inbox-admin.ts';
 import { checkConsumer, firestoreInboxNames, type FirestoreInboxNames, type FirestoreInboxNamesOptions } from './firestore-names.ts';
 
-export type { DeadEvent, HeldEvent } from '../postgres/postgres-inbox-admin.ts';
+export type { DeadEvent, HeldEvent, InboxConsumerStatus } from '../postgres/postgres-inbox-admin.ts';
 
 type Selector = { ids: readonly string[] } | { all: true; consumer?: string };
 
@@ -18,11 +18,11 @@ const num = (v: unknown): number => Number(v ?? 0);
 const date = (v: unknown): Date | null => (v === null || v === undefined ? null : (v as Timestamp).toDate());
 
 /**
- * Operations on a Firestore inbox: dead and held events (list, operator
- * retry, discard) and retention of processed documents; each retry or
- * discard is audited in `<collection>_audit`. The same operations as
- * `PostgresInboxAdmin` and `MysqlInboxAdmin`, but `status` (counts per
- * consumer: Firestore cannot group).
+ * Operations on a Firestore inbox: status, dead and held events (list,
+ * operator retry, discard) and retention of processed documents; each retry
+ * or discard is audited in `<collection>_audit`. The same operations as
+ * `PostgresInboxAdmin` and `MysqlInboxAdmin`, except that `status` takes the
+ * consumers to count (Firestore cannot group by consumer).
  */
 export class FirestoreInboxAdmin {
   readonly names: FirestoreInboxNames;
@@ -32,6 +32,30 @@ export class FirestoreInboxAdmin {
     if (!firestore || typeof (firestore as { collection?: unknown }).collection !== 'function') throw new ConfigError('firestore', 'is required: pass a Firestore instance');
     this.names = firestoreInboxNames(options);
     this.#db = firestore;
+  }
+
+  /**
+   * Processed, failed, dead, held and retry counts of each named consumer
+   * (aggregation queries: Firestore cannot list the consumers of a
+   * collection, so name them), with the processed count of the last minute
+   * and the last processing time, by the database's clock.
+   */
+  async status(consumers: readonly string[]): Promise<InboxConsumerStatus[]> {
+    if (!Array.isArray(consumers) || consumers.length === 0) throw new ConfigError('consumers', 'name at least one consumer, e.g. ["billing"] (Firestore cannot list them)');
+    return Promise.all(
+      [...consumers].sort().map(async (consumer) => {
+        const of = (status: string) => this.#status(status, consumer);
+        const [last, ...counts] = await Promise.all([
+          of('processed').orderBy('processedAt', 'desc').limit(1).select('processedAt').get(),
+          ...['processed', 'failed', 'dead', 'held', 'retry'].map(async (status) => (await of(status).count().get()).data().count),
+        ]);
+        const lastAt = (last.docs[0]?.get('processedAt') as Timestamp | undefined) ?? null;
+        const minuteAgo = Timestamp.fromMillis(last.readTime.toMillis() - 60_000);
+        const recent = lastAt !== null && lastAt.toMillis() > minuteAgo.toMillis() ? (await of('processed').where('processedAt', '>', minuteAgo).count().get()).data().count : 0;
+        const [processed, failed, dead, held, retry] = counts as number[];
+        return { consumer, processed: processed!, failed: failed!, dead: dead!, held: held!, retry: retry!, processedLastMinute: recent, lastProcessedAt: lastAt?.toDate() ?? null };
+      }),
+    );
   }
 
   async listDead(options: { consumer?: string; limit?: number } = {}): Promise<DeadEvent[]> {

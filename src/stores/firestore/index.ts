@@ -7,6 +7,6 @@ export { FirestoreOutboxStore, type FirestoreOutboxStoreOptions, type FirestoreT
 export { FirestoreRelayStore, type FirestoreRelayStoreOptions } from './firestore-relay-store.ts';
 export { FirestoreAdmin, type FirestoreParkedEvent, type FirestoreParkedSelector, type FirestoreReplayFilter } from './firestore-admin.ts';
 export { FirestoreInboxStore, envelopeFromFirestore, type FirestoreInboxStoreOptions } from './firestore-inbox-store.ts';
-export { FirestoreInboxAdmin, type DeadEvent, type HeldEvent } from './firestore-inbox-admin.ts';
+export { FirestoreInboxAdmin, type DeadEvent, type HeldEvent, type InboxConsumerStatus } from './firestore-inbox-admin.ts';
 export { applyVersioned, type FirestoreVersionedWrite, type VersionedResult } from './firestore-projection.ts';
 export { firestoreNames, firestoreInboxNames, bucketOf, type FirestoreNames, type FirestoreNamesOptions, type FirestoreInboxNames, type FirestoreInboxNamesOptions } from './firestore-names.ts';
