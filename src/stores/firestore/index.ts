@@ -1,9 +1,12 @@
 /**
  * Google Cloud Firestore backend (`@google-cloud/firestore`): outbox store,
- * relay store and parked/replay admin. The inbox, projections and the CLI
- * are not there yet (docs/stores/firestore.md).
+ * relay store, parked/replay admin, the inbox with its admin, and
+ * version-guarded projections (docs/stores/firestore.md).
  */
 export { FirestoreOutboxStore, type FirestoreOutboxStoreOptions, type FirestoreTx } from './firestore-outbox-store.ts';
 export { FirestoreRelayStore, type FirestoreRelayStoreOptions } from './firestore-relay-store.ts';
 export { FirestoreAdmin, type FirestoreParkedEvent, type FirestoreParkedSelector, type FirestoreReplayFilter } from './firestore-admin.ts';
-export { firestoreNames, bucketOf, type FirestoreNames, type FirestoreNamesOptions } from './firestore-names.ts';
+export { FirestoreInboxStore, envelopeFromFirestore, type FirestoreInboxStoreOptions } from './firestore-inbox-store.ts';
+export { FirestoreInboxAdmin, type DeadEvent, type HeldEvent, type InboxConsumerStatus } from './firestore-inbox-admin.ts';
+export { applyVersioned, type FirestoreVersionedWrite, type VersionedResult } from './firestore-projection.ts';
+export { firestoreNames, firestoreInboxNames, bucketOf, type FirestoreNames, type FirestoreNamesOptions, type FirestoreInboxNames, type FirestoreInboxNamesOptions } from './firestore-names.ts';
