@@ -25,7 +25,7 @@ export async function openDatabase(config: CliConfig, logger: Logger, requireSch
     throw new CliError(`${config.sources.databaseUrl ?? 'the database URL'} is a Firestore URL: this command runs on PostgreSQL only (on Firestore: migrate, relay, status, parked, replay and demo)`);
   }
   if (storeOf(config.databaseUrl) === 'mysql') {
-    throw new CliError(`${config.sources.databaseUrl ?? 'the database URL'} is a MySQL URL: this command runs on PostgreSQL only (on MySQL and MariaDB: migrate, relay, status, parked, replay and demo)`);
+    throw new CliError(`${config.sources.databaseUrl ?? 'the database URL'} is a MySQL URL: this command runs on PostgreSQL only (on MySQL and MariaDB: migrate, relay, status, parked, replay, prune, inbox, dashboard and demo)`);
   }
   let names: PostgresNames;
   try {

@@ -1,6 +1,6 @@
 import { ConfigError } from '../core/errors.ts';
 import { silentLogger, type Logger } from '../core/logger.ts';
-import type { DashboardInboxSource, DashboardOutboxSource } from './dashboard-sampler.ts';
+import type { DashboardInboxSource, DashboardOutboxSource } from './dashboard-source.ts';
 
 /**
  * Options of `createDashboardHandler(...)`: `admin` and one of `token` or
@@ -10,9 +10,9 @@ import type { DashboardInboxSource, DashboardOutboxSource } from './dashboard-sa
  * const options: DashboardOptions = { admin: new PostgresAdmin(connection), token: process.env.DASHBOARD_TOKEN, basePath: '/ops/txbox' };
  */
 export interface DashboardOptions {
-  /** The outbox to show and act on: a `PostgresAdmin` (txbox/postgres). */
+  /** The outbox to show and act on: a `PostgresAdmin` (txbox/postgres) or a `MysqlAdmin` (txbox/mysql). */
   readonly admin: DashboardOutboxSource;
-  /** The inbox to show (dead and held events, with retry): a `PostgresInboxAdmin`. Default: none, the inbox section is hidden. */
+  /** The inbox to show (dead and held events, with retry): a `PostgresInboxAdmin` or a `MysqlInboxAdmin`. Default: none, the inbox section is hidden. */
   readonly inboxAdmin?: DashboardInboxSource | undefined;
   /**
    * The access token (at least 16 characters; e.g. `openssl rand -hex 32`),
@@ -71,7 +71,7 @@ const positive = (field: string, value: number | undefined, fallback: number, ex
 };
 
 export function resolveDashboardOptions(options: DashboardOptions): ResolvedDashboardOptions {
-  if (!options || typeof options.admin?.status !== 'function') throw new ConfigError('admin', 'pass the outbox admin, e.g. new PostgresAdmin(connection) from txbox/postgres');
+  if (!options || typeof options.admin?.status !== 'function') throw new ConfigError('admin', 'pass the outbox admin, e.g. new PostgresAdmin(connection) from txbox/postgres or new MysqlAdmin(connection) from txbox/mysql');
   const tokens = new Map<string, string>();
   if (typeof options.token === 'string') tokens.set('token', options.token);
   else if (options.token !== undefined && options.token !== null) for (const [name, value] of Object.entries(options.token)) tokens.set(name, value);

@@ -6,13 +6,18 @@
  */
 import { scrubErrorText } from '../core/error-text.ts';
 import type { Logger } from '../core/logger.ts';
-import type { DestinationCircuit, OutboxStatus, ParkedEvent, PostgresAdmin } from '../stores/postgres/postgres-admin.ts';
-import type { DeadEvent, HeldEvent, InboxConsumerStatus, PostgresInboxAdmin } from '../stores/postgres/postgres-inbox-admin.ts';
+import type {
+  DashboardCircuit,
+  DashboardDeadEvent,
+  DashboardHeldEvent,
+  DashboardInboxConsumer,
+  DashboardInboxSource,
+  DashboardOutboxSource,
+  DashboardOutboxStatus,
+  DashboardParkedEvent,
+} from './dashboard-source.ts';
 
-/** What the dashboard reads and does on the outbox: `PostgresAdmin` has it. */
-export type DashboardOutboxSource = Pick<PostgresAdmin, 'status' | 'circuits' | 'listParked' | 'publishedPerDestination' | 'retryParked' | 'skipParked' | 'discardParked'>;
-/** What the dashboard reads and does on the inbox: `PostgresInboxAdmin` has it. */
-export type DashboardInboxSource = Pick<PostgresInboxAdmin, 'status' | 'listDead' | 'listHeld' | 'retryDead' | 'retryHeld' | 'discardDead'>;
+export type { DashboardInboxSource, DashboardOutboxSource } from './dashboard-source.ts';
 
 /** One point of the charts. */
 export interface DashboardSample {
@@ -26,10 +31,10 @@ export interface DashboardSample {
 
 export interface DashboardSnapshot {
   readonly at: string;
-  readonly status: OutboxStatus | null;
-  readonly circuits: readonly DestinationCircuit[];
-  readonly parked: readonly ParkedEvent[];
-  readonly inbox: { readonly consumers: readonly InboxConsumerStatus[]; readonly dead: readonly DeadEvent[]; readonly held: readonly HeldEvent[] } | null;
+  readonly status: DashboardOutboxStatus | null;
+  readonly circuits: readonly DashboardCircuit[];
+  readonly parked: readonly DashboardParkedEvent[];
+  readonly inbox: { readonly consumers: readonly DashboardInboxConsumer[]; readonly dead: readonly DashboardDeadEvent[]; readonly held: readonly DashboardHeldEvent[] } | null;
   /** Why the last sample failed (the database's message), or null. The rest is the last good snapshot. */
   readonly error: string | null;
   readonly sample: DashboardSample | null;
@@ -106,7 +111,7 @@ export class DashboardSampler {
     try {
       const [status, circuits, parked, published, inbox] = await Promise.all([
         admin.status(),
-        admin.circuits(),
+        admin.circuits ? admin.circuits() : Promise.resolve([]),
         admin.listParked({ limit: listLimit, ...(this.options.showPayloads ? { includePayload: true } : {}) }),
         admin.publishedPerDestination(60),
         inboxAdmin

@@ -104,7 +104,7 @@ describe('txbox CLI on Firestore (emulator)', { concurrency: true, timeout: 120_
   it('bad URLs, PostgreSQL-only settings and commands, and bad names are refused naming the setting; an unreachable emulator exits 3', async () => {
     const { url } = freshProject();
     const relayArgs = ['relay', '--transport', 'http', '--unsigned', '--endpoint', 'orders=http://127.0.0.1:1/x'];
-    const [noProject, badProject, withPassword, badDatabase, withPort, schema, wake, deleteOnPublish, badTable, prune, unreachable] = await Promise.all([
+    const [noProject, badProject, withPassword, badDatabase, withPort, schema, wake, deleteOnPublish, badTable, wal, unreachable] = await Promise.all([
       runCli(['status'], envFor('firestore://')),
       runCli(['status', '--database-url', 'firestore://My_Project'], envFor(url)),
       runCli(['status'], envFor('firestore://app:supersecret@proj')),
@@ -114,7 +114,7 @@ describe('txbox CLI on Firestore (emulator)', { concurrency: true, timeout: 120_
       runCli([...relayArgs, '--wake', 'wal'], envFor(url)),
       runCli([...relayArgs, '--delete-on-publish'], envFor(url)),
       runCli(['status', '--table', 'x;drop'], envFor(url)),
-      runCli(['prune', '--older-than', '1h'], envFor(url)),
+      runCli(['wal', 'check'], envFor(url)),
       runCli(['status'], envFor(url, { FIRESTORE_EMULATOR_HOST: '127.0.0.1:1' }), 60_000),
     ]);
     expectExit(noProject, 2, 'firestore:// without a project');
@@ -136,8 +136,8 @@ describe('txbox CLI on Firestore (emulator)', { concurrency: true, timeout: 120_
     assert.match(deleteOnPublish.stderr, /--delete-on-publish .*not supported on Firestore/);
     expectExit(badTable, 2, 'a bad collection name');
     assert.match(badTable.stderr, /--table: "x;drop" is not a valid name/);
-    expectExit(prune, 2, 'prune on Firestore');
-    assert.match(prune.stderr, /TXBOX_DATABASE_URL is a Firestore URL: this command runs on PostgreSQL only/);
+    expectExit(wal, 2, 'wal on Firestore');
+    assert.match(wal.stderr, /TXBOX_DATABASE_URL is a Firestore URL: this command runs on PostgreSQL only/);
     expectExit(unreachable, 3, 'an emulator that does not answer');
     assert.match(unreachable.stderr, /cannot reach the Firestore emulator at 127\.0\.0\.1:1 \(FIRESTORE_EMULATOR_HOST\): no answer within 10 s; start it \(scripts\/firestore\/up\.sh\)/);
     assert.doesNotMatch(unreachable.stderr, /at .*\.js:\d+/, 'one line, no stack trace');
@@ -247,6 +247,24 @@ describe('txbox CLI on Firestore (emulator)', { concurrency: true, timeout: 120_
       gauges.destinations.map((d) => [d.destination, d.pending, d.parked, d.oldestPendingSeconds >= 299]),
       [['items', 4, 2, false], ['orders', 2, 1, true]],
     );
+  });
+
+  it('`txbox prune` deletes published and skipped events older than --older-than on Firestore, in batches, never pending or parked ones', async () => {
+    const { db, url } = freshProject();
+    const ids = await enqueue(db, events(Placed, 9));
+    const old = Timestamp.fromMillis(Date.now() - 3 * 3_600_000);
+    await setState(db, ids.slice(0, 4), { state: 'published', doneAt: old });
+    await setState(db, ids.slice(4, 5), { state: 'skipped', doneAt: old });
+    await setState(db, ids.slice(5, 6), { state: 'published', doneAt: Timestamp.now() });
+    await setState(db, ids.slice(6, 7), { state: 'parked', parkedAt: old });
+    const prune = await runCli(['prune', '--older-than', '1h', '--batch-size', '2'], envFor(url));
+    expectExit(prune, 0, 'prune');
+    assert.match(prune.stdout, /deleted 5 row\(s\)/);
+    const left = (await db.collection('txbox_outbox').get()).docs.map((d) => [d.get('id'), d.get('state')]).sort();
+    assert.deepEqual(left, [[ids[5], 'published'], [ids[6], 'parked'], [ids[7], 'pending'], [ids[8], 'pending']].sort());
+    const inbox = await runCli(['inbox', 'migrate', '--print'], envFor(url));
+    expectExit(inbox, 2, 'inbox on Firestore');
+    assert.match(inbox.stderr, /is a Firestore URL: txbox inbox does not run on Firestore yet/);
   });
 
   it('`txbox parked` lists, retries, skips and discards on Firestore with an audit trail; `txbox replay` re-queues published events with their ids', async () => {

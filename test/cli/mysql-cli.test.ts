@@ -4,7 +4,8 @@
  * subprocess whose database URL's scheme (mysql://, mariadb://) picks the
  * MySQL backend. One fresh database for the file, one table prefix (--table)
  * per test, dropped afterwards. The MySQL store is imported from the source
- * (it is not a package subpath yet).
+ * (it is not a package subpath yet). `inbox`, `prune` and `dashboard`:
+ * mysql-cli-ops.test.ts.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -112,14 +113,14 @@ describe('txbox CLI on MySQL/MariaDB', { concurrency: true, timeout: 120_000 }, 
   it('PostgreSQL-only settings, bad names and PostgreSQL-only commands are refused on MySQL, naming the setting; passwords are not printed', async () => {
     const table = await freshTable();
     const relayArgs = ['relay', '--transport', 'http', '--unsigned', '--endpoint', 'orders=http://127.0.0.1:1/x'];
-    const [schemaFlag, schemaEnv, wakeWal, wakeMigrate, deleteOnPublish, badTable, prune, secret, noDatabase, noSuchDb] = await Promise.all([
+    const [schemaFlag, schemaEnv, wakeWal, wakeMigrate, deleteOnPublish, badTable, wal, secret, noDatabase, noSuchDb] = await Promise.all([
       runCli(['status', '--schema', 'billing'], envFor(table)),
       runCli(['parked', 'list'], envFor(table, { TXBOX_SCHEMA: 'billing' })),
       runCli([...relayArgs, '--wake', 'wal'], envFor(table)),
       runCli(['migrate', '--wake', 'wal'], envFor(table)),
       runCli([...relayArgs, '--delete-on-publish'], envFor(table)),
       runCli(['status', '--table', 'x;drop'], { TXBOX_DATABASE_URL: url }),
-      runCli(['prune', '--older-than', '1h'], envFor(table)),
+      runCli(['wal', 'check'], envFor(table)),
       runCli(['status'], { TXBOX_DATABASE_URL: 'mysql://app:supersecret@127.0.0.1:1/x' }),
       runCli(['status'], { TXBOX_DATABASE_URL: MYSQL_URL.replace(/\/[^/]*$/, '') }),
       runCli(['status'], { TXBOX_DATABASE_URL: MYSQL_URL.replace(/\/[^/]*$/, `/${database}_missing`) }),
@@ -136,8 +137,8 @@ describe('txbox CLI on MySQL/MariaDB', { concurrency: true, timeout: 120_000 }, 
     assert.match(deleteOnPublish.stderr, /--delete-on-publish .*not supported on MySQL/);
     expectExit(badTable, 2, 'invalid table name');
     assert.match(badTable.stderr, /--table: "x;drop" is not a valid name/);
-    expectExit(prune, 2, 'prune on MySQL');
-    assert.match(prune.stderr, /TXBOX_DATABASE_URL is a MySQL URL: this command runs on PostgreSQL only/);
+    expectExit(wal, 2, 'wal on MySQL');
+    assert.match(wal.stderr, /TXBOX_DATABASE_URL is a MySQL URL: this command runs on PostgreSQL only \(on MySQL and MariaDB: .*prune, inbox, dashboard/);
     expectExit(secret, 3, 'unreachable MySQL with a password');
     assert.match(secret.stderr, /cannot reach the database at mysql:\/\/app:\*\*\*\*@127\.0\.0\.1:1\/x.*\(from TXBOX_DATABASE_URL\)/);
     assert.ok(!secret.stderr.includes('supersecret') && !secret.stdout.includes('supersecret'), `password leaked:\n${secret.stderr}`);

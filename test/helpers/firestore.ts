@@ -9,9 +9,9 @@ import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { promisify } from 'node:util';
-import { Firestore, type QueryDocumentSnapshot, type WriteBatch } from '@google-cloud/firestore';
+import { Firestore, type QueryDocumentSnapshot, type Transaction, type WriteBatch } from '@google-cloud/firestore';
 import type { StoreConformanceNamespace } from 'txbox/testing/conformance';
-import { FirestoreAdmin, FirestoreOutboxStore, FirestoreRelayStore, type FirestoreTx } from '../../src/stores/firestore/index.ts';
+import { applyVersioned, FirestoreAdmin, FirestoreInboxAdmin, FirestoreInboxStore, FirestoreOutboxStore, FirestoreRelayStore, type FirestoreTx } from '../../src/stores/firestore/index.ts';
 
 export const FIRESTORE_EMULATOR_BIN = '/usr/lib/google-cloud-sdk/platform/cloud-firestore-emulator/cloud_firestore_emulator';
 export const FIRESTORE_HOST = process.env.FIRESTORE_EMULATOR_HOST ?? '127.0.0.1:8086';
@@ -52,15 +52,23 @@ function byPosition(a: QueryDocumentSnapshot, b: QueryDocumentSnapshot): number 
   return x.seconds - y.seconds || x.nanoseconds - y.nanoseconds || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
 }
 
-/** The store conformance suite's namespace: a project of its own on the emulator, an `effects` collection for the business writes. */
+/**
+ * The store conformance suite's namespace: a project of its own on the
+ * emulator, an `effects` collection for the business writes, a `stock_view`
+ * collection for the projection, the inbox and its admin.
+ */
 export async function openFirestoreNamespace(name: string): Promise<StoreConformanceNamespace<FirestoreTx>> {
   const db = emulatorFirestore(name);
   const admin = new FirestoreAdmin(db);
   const effects = db.collection('effects');
+  const stockView = db.collection('stock_view');
+  const inboxAdmin = new FirestoreInboxAdmin(db);
   const open: (() => void)[] = [];
   return {
     outboxStore: new FirestoreOutboxStore({ firestore: db }),
     relayStore: () => new FirestoreRelayStore({ firestore: db }),
+    // The inbox's Tx is a Transaction, one of the outbox's FirestoreTx: the suite's handlers write through it.
+    inboxStore: new FirestoreInboxStore({ firestore: db }) as unknown as NonNullable<StoreConformanceNamespace<FirestoreTx>['inboxStore']>,
     transaction: (fn) => db.runTransaction(fn, { maxAttempts: 1 }),
     noCommitOrderGap: 'Firestore orders events by their transaction\'s commit time (a server timestamp): an event cannot commit later with an earlier position, so there is no gap to cross',
     async rows() {
@@ -76,6 +84,16 @@ export async function openFirestoreNamespace(name: string): Promise<StoreConform
     async countEffects(note) {
       return (await effects.where('note', '==', note).count().get()).data().count;
     },
+    async applyVersioned(tx, row) {
+      const r = await applyVersioned(tx as Transaction, { document: stockView.doc(row.id), version: row.version, values: { quantity: row.quantity }, onGap: row.onGap });
+      return r.status === 'gap' ? { status: 'gap', missing: r.missing } : { status: r.status };
+    },
+    async readProjection(id) {
+      const snap = await stockView.doc(id).get();
+      return snap.exists ? { quantity: Number(snap.get('quantity')), version: Number(snap.get('version')) } : null;
+    },
+    listDead: async (consumer) => (await inboxAdmin.listDead({ consumer })).map((d) => d.id),
+    retryDead: (consumer) => inboxAdmin.retryDead({ all: true, consumer }, 'conformance'),
     async close() {
       for (const end of open) end();
       await dropFirestore(db);

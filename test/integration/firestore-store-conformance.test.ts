@@ -1,8 +1,8 @@
 /**
  * The store conformance suite (txbox/testing/conformance) on Google's
  * Firestore emulator (scripts/firestore/up.sh); skipped when it is not
- * installed. The commit-order gap case skips (positions are commit times),
- * and the inbox cases skip (no Firestore inbox yet).
+ * installed. The commit-order gap case skips (positions are commit times);
+ * the inbox and projection cases run on FirestoreInboxStore.
  */
 import { describe } from 'node:test';
 import { runStoreConformance } from 'txbox/testing/conformance';

@@ -3,15 +3,23 @@
  * emulator (scripts/firestore/up.sh; skipped when it is not installed): the
  * write through a Transaction and a WriteBatch, per-key order among
  * concurrent writers of one aggregate, claims that page past held keys, the
- * snapshot-listener wake-up, and the errors that name the field.
+ * snapshot-listener wake-up (and its recovery after an emulator restart, on
+ * a private emulator), relay documents' cleanup, and the errors that name
+ * the field.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Firestore, Transaction } from '@google-cloud/firestore';
+import { execFileSync } from 'node:child_process';
+import { rmSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Firestore, Timestamp, type Transaction } from '@google-cloud/firestore';
 import { ConfigError, createOutbox, createRelay, defineEvent, InvalidEventError, payloadType, PayloadTooLargeError, TransportError, type Relay } from 'txbox';
 import { checkDeliveries, RecordingTransport } from 'txbox/testing';
 import { FirestoreOutboxStore, FirestoreRelayStore } from '../../src/stores/firestore/index.ts';
 import { dropFirestore, emulatorFirestore, firestoreSkip } from '../helpers/firestore.ts';
+import { freePort } from '../helpers/ports.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const Changed = defineEvent({ type: 'Changed', aggregateType: 'Acct', destination: 'accounts', payload: payloadType<{ n: number }>() });
@@ -143,6 +151,62 @@ describe('firestore store', { skip, timeout: 240_000 }, () => {
     }
   });
 
+  it('an emulator restart under a listening relay (a private emulator): events committed after it are published, and the listener hears commits again', { timeout: 240_000 }, async (t) => {
+    // Its own emulator on a port of its own: stopping it disturbs no other test (the shared one on 8086 stays up).
+    const port = await freePort();
+    const script = (name: string): void =>
+      void execFileSync('bash', [new URL(`../../scripts/firestore/${name}`, import.meta.url).pathname], { env: { ...process.env, TXBOX_FIRESTORE_PORT: String(port) }, stdio: ['ignore', 'ignore', 'inherit'], timeout: 180_000 });
+    script('up.sh');
+    // The client takes its host from FIRESTORE_EMULATOR_HOST when it is built (the variable wins over settings).
+    const shared = process.env.FIRESTORE_EMULATOR_HOST;
+    process.env.FIRESTORE_EMULATOR_HOST = `127.0.0.1:${port}`;
+    const own = new Firestore({ projectId: 'txbox-listener' });
+    process.env.FIRESTORE_EMULATOR_HOST = shared;
+    const ownOutbox = createOutbox({ store: new FirestoreOutboxStore({ firestore: own }), events: [Changed] });
+    const store = new FirestoreRelayStore({ firestore: own });
+    const transport = new RecordingTransport();
+    const r = createRelay({ store, transport, pollIntervalMs: 1000, minPollIntervalMs: 1000, leaseTtlMs: 5000, retention: false, metrics: false });
+    const enqueue = async (n: number): Promise<string> => {
+      for (;;) {
+        try {
+          const [id] = await own.runTransaction((tx) => ownOutbox.enqueue(tx, Changed({ aggregateId: 'listen', payload: { n } })));
+          return id!;
+        } catch {
+          await sleep(200); // the client reconnecting to the restarted emulator
+        }
+      }
+    };
+    try {
+      await r.start();
+      await waitFor('the listener attached', () => store.wakeups() >= 1, 30_000);
+      const first = await enqueue(1);
+      await waitFor('published before the restart', () => transport.acked.some((e) => e.id === first), 30_000);
+      script('down.sh');
+      await sleep(8000); // the client's watch stream backs off while nothing answers
+      script('up.sh'); // a fresh emulator: every document is gone, the relay leases the buckets again
+      const heard = store.wakeups();
+      const second = await enqueue(2);
+      await waitFor('published after the restart', () => transport.acked.some((e) => e.id === second), 60_000);
+      t.diagnostic(`wake-ups counted between the restart and that delivery: ${store.wakeups() - heard}`);
+      // The listener hears commits again: each new event changes the newest pending one.
+      const before = store.wakeups();
+      const more: string[] = [];
+      const deadline = Date.now() + 90_000;
+      while (store.wakeups() === before && Date.now() < deadline) {
+        more.push(await enqueue(3 + more.length));
+        await sleep(1500);
+      }
+      assert.ok(store.wakeups() > before, 'the listener counted a commit after the restart');
+      await waitFor('every event after the restart published', () => more.every((id) => transport.acked.some((e) => e.id === id)), 60_000);
+    } finally {
+      await r.stop();
+      await store.close();
+      await own.terminate();
+      script('down.sh');
+      rmSync(join(process.env.TXBOX_FIRESTORE_HOME ?? join(homedir(), '.cache/txbox-firestore'), `emulator-${port}.log`), { force: true });
+    }
+  });
+
   it('a Transaction whose callback already returned (committed or rolled back) is refused, not written into nothing', async () => {
     let kept: Transaction | undefined;
     await db.runTransaction(async (tx) => {
@@ -164,6 +228,27 @@ describe('firestore store', { skip, timeout: 240_000 }, () => {
     await assert.rejects(outbox.enqueue(batch, Changed({ aggregateId: 'late', payload: { n: 3 } })), /committed/);
   });
 
+  it('relay documents: a clean stop deletes its own, a live relay deletes those expired for over a day and keeps the others', async () => {
+    const relays = db.collection('txbox_outbox_relays');
+    const old = Timestamp.fromMillis(Date.now() - 2 * 86_400_000);
+    const recent = Timestamp.fromMillis(Date.now() - 3_600_000);
+    // A relay killed two days ago, one that left cleanly two days ago (older txbox kept them), one expired an hour ago.
+    await relays.doc('gone-crashed').set({ relayId: 'gone-crashed', host: 'h', pid: 1, ttlMs: 30_000, heartbeatAt: old, leftAt: null });
+    await relays.doc('gone-left').set({ relayId: 'gone-left', host: 'h', pid: 2, ttlMs: 30_000, heartbeatAt: old, leftAt: old });
+    await relays.doc('expired-recently').set({ relayId: 'expired-recently', host: 'h', pid: 3, ttlMs: 30_000, heartbeatAt: recent, leftAt: null });
+    const { relay: r } = relay(new RecordingTransport());
+    await r.start();
+    try {
+      await waitFor('the documents of relays expired for over a day deleted', async () => !(await relays.doc('gone-crashed').get()).exists && !(await relays.doc('gone-left').get()).exists, 30_000);
+      assert.equal((await relays.doc('expired-recently').get()).exists, true, 'a relay expired an hour ago is kept (txbox status shows it expired)');
+      assert.equal((await relays.doc(r.relayId).get()).exists, true, 'the live relay heartbeats');
+    } finally {
+      await stopAll();
+    }
+    assert.equal((await relays.doc(r.relayId).get()).exists, false, 'a clean stop deletes the relay\'s document');
+    await relays.doc('expired-recently').delete();
+  });
+
   it('backlog counts pending and parked events', async () => {
     const store = new FirestoreRelayStore({ firestore: db });
     try {
@@ -177,7 +262,7 @@ describe('firestore store', { skip, timeout: 240_000 }, () => {
     }
   });
 
-  it('errors name the field: a payload over the document limit, a missing Firestore, a bad collection name, a bad wake mode', async () => {
+  it('errors name the field: a payload over the document limit, a missing Firestore, a bad collection name, a bad wake mode, a too short relay retention', async () => {
     const big = createOutbox({ store: new FirestoreOutboxStore({ firestore: db }), events: [Changed], maxPayloadBytes: 4 * 1024 * 1024 });
     await assert.rejects(
       db.runTransaction((tx) => big.enqueue(tx, Changed({ aggregateId: 'big', payload: { n: 1, pad: 'x'.repeat(1_100_000) } as { n: number } }))),
@@ -188,5 +273,6 @@ describe('firestore store', { skip, timeout: 240_000 }, () => {
     assert.throws(() => new FirestoreOutboxStore({ firestore: db, collection: '__outbox__' }), /reserved by Firestore/);
     assert.throws(() => new FirestoreRelayStore({ firestore: db, wake: 'notify' as never }), /wake/);
     assert.throws(() => new FirestoreRelayStore({ firestore: db, maxClaimScan: 0 }), /maxClaimScan/);
+    assert.throws(() => new FirestoreRelayStore({ firestore: db, relayRetentionMs: 1000 }), (err: unknown) => err instanceof ConfigError && /relayRetentionMs/.test(err.message) && /60000/.test(err.message));
   });
 });

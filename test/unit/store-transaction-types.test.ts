@@ -13,7 +13,7 @@ import { PostgresOutboxStore } from 'txbox/postgres';
 import type { PoolConnection } from 'mysql2/promise';
 import { MysqlOutboxStore } from '../../src/stores/mysql/index.ts';
 import { Firestore, type Transaction, type WriteBatch } from '@google-cloud/firestore';
-import { FirestoreOutboxStore } from '../../src/stores/firestore/index.ts';
+import { FirestoreInboxStore, FirestoreOutboxStore, applyVersioned as firestoreApplyVersioned } from '../../src/stores/firestore/index.ts';
 
 const E = defineEvent({ type: 'E', aggregateType: 'A', destination: 'd', payload: payloadType<{ n: number }>() });
 
@@ -91,5 +91,21 @@ it('the Firestore store takes a Transaction or a WriteBatch; a pg client does no
   await assert.rejects(outbox.enqueue(firestore, E({ aggregateId: 1, payload: { n: 1 } })), (err: unknown) => err instanceof NotInTransactionError && /runTransaction/.test(err.message));
   const batch = firestore.batch();
   assert.deepEqual((await outbox.enqueue(batch, E({ aggregateId: 1, payload: { n: 1 } }))).length, 1, 'a WriteBatch takes the events (written when it commits; this one never does)');
+  await firestore.terminate();
+});
+
+it("the Firestore inbox's handlers get a Firestore Transaction: a Firestore outbox takes it, a SQL query does not compile", async () => {
+  // No connection is made: nothing here reaches the network.
+  const firestore = new Firestore({ projectId: 'txbox-types' });
+  const inbox = createInbox({ store: new FirestoreInboxStore({ firestore }), consumer: 'types', autoStart: false, metrics: false });
+  const outbox = createOutbox({ store: new FirestoreOutboxStore({ firestore }), events: [E] });
+  inbox.on(E, async (event, tx) => {
+    const read: Transaction = tx;
+    await firestoreApplyVersioned(read, { document: firestore.collection('view').doc(String(event.aggregateId)), version: 1, values: { n: event.payload.n } });
+    await outbox.enqueue(tx, E({ aggregateId: 1, payload: { n: 1 } }));
+    // @ts-expect-error the handler's tx is not a SQL executor
+    await tx.query('SELECT 1');
+  });
+  assert.equal(inbox.consumer, 'types');
   await firestore.terminate();
 });

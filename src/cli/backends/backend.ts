@@ -15,6 +15,7 @@ import type { OpenDatabase } from '../database.ts';
 import type { DestinationCircuit, OutboxStatus, ParkedEvent, ParkedSelector, ReplayFilter } from '../../stores/postgres/postgres-admin.ts';
 import type { WalSlotStatus } from '../../stores/postgres/postgres-wal.ts';
 import type { MysqlOutboxStatus, MysqlParkedEvent } from '../../stores/mysql/mysql-admin.ts';
+import type { DashboardInboxSource, DashboardOutboxSource } from '../../dashboard/dashboard-source.ts';
 import type { FirestoreParkedEvent } from '../../stores/firestore/firestore-admin.ts';
 import type { FirestoreNames } from '../../stores/firestore/firestore-names.ts';
 import type { FirestoreOutboxStatus } from '../../stores/firestore/firestore-status.ts';
@@ -58,6 +59,36 @@ export interface CliBackend {
   status(): Promise<StatusReport>;
   admin(): CliAdmin;
   close(): Promise<void>;
+  /** `txbox prune`: deletes published and skipped rows finished more than `olderThanMs` ago, `batchSize` per statement. Absent: the store has no such command. */
+  prune?(olderThanMs: number, batchSize: number, onProgress: (deleted: number) => void): Promise<number>;
+  /** `txbox inbox` and the dashboard's inbox: the inbox tables named `table` (validated: a bad name is a CliError naming --inbox-table). Absent: no inbox on this store. */
+  inbox?(table: string): CliInbox;
+  /** What `txbox dashboard` reads and acts on for the outbox. Absent: no dashboard on this store. */
+  dashboard?(): DashboardOutboxSource;
+}
+
+/** The operations of `txbox inbox` on one store's inbox tables. */
+export interface CliInbox {
+  /** The inbox table as SQL names it, for messages. */
+  readonly table: string;
+  /** Applies the inbox migrations not yet applied (under the store's migration lock); returns their names. */
+  migrate(): Promise<string[]>;
+  /** Throws a CliError (exit 3) naming `txbox inbox migrate` when the inbox tables are missing or behind. */
+  assertMigrated(): Promise<void>;
+  admin(): CliInboxAdmin;
+}
+
+/** The inbox admin of a store: what the dashboard shows, plus retention. */
+export interface CliInboxAdmin extends DashboardInboxSource {
+  listDead(options: { consumer?: string; limit?: number }): ReturnType<DashboardInboxSource['listDead']>;
+  listHeld(options: { consumer?: string; limit?: number }): ReturnType<DashboardInboxSource['listHeld']>;
+  retryDead(selector: { ids: readonly string[] } | { all: true; consumer?: string }, actor: string): Promise<string[]>;
+  retryHeld(selector: { ids: readonly string[] } | { all: true; consumer?: string }, actor: string): Promise<string[]>;
+  discardDead(selector: { ids: readonly string[] } | { all: true; consumer?: string }, actor: string): Promise<string[]>;
+  /** Deletes processed rows older than `olderThanMs`, `batchSize` per statement. */
+  prune(olderThanMs: number, batchSize: number, onProgress: (deleted: number) => void): Promise<number>;
+  /** Store-specific clean-up after `prune` (MySQL: the per-key lock rows of keys without open events), with what it removed, for the output. */
+  pruneExtra?(batchSize: number, onProgress: (deleted: number) => void): Promise<{ readonly deleted: number; readonly what: string }>;
 }
 
 const MYSQL_SCHEMES = new Set(['mysql:', 'mariadb:']);
@@ -107,6 +138,19 @@ export async function printMigrationsFor(config: CliConfig): Promise<string> {
   }
   const { printPostgres } = await import('./postgres-backend.ts');
   return printPostgres(config);
+}
+
+/** The SQL of `txbox inbox migrate --print` for the configured store and inbox table (no connection). */
+export async function printInboxMigrationsFor(config: CliConfig, table: string): Promise<string> {
+  if (storeOf(config.databaseUrl) === 'firestore') {
+    throw new CliError(`${config.sources.databaseUrl ?? 'the database URL'} is a Firestore URL: txbox inbox does not run on Firestore yet; the Firestore inbox needs no migration (FirestoreInboxStore writes its documents as it goes) and FirestoreInboxAdmin of txbox/firestore lists and retries its dead and held events`);
+  }
+  if (storeOf(config.databaseUrl) === 'mysql') {
+    const { printMysqlInbox } = await import('./mysql-backend.ts');
+    return printMysqlInbox(table);
+  }
+  const { printPostgresInbox } = await import('./postgres-backend.ts');
+  return printPostgresInbox(config, table);
 }
 
 /**

@@ -57,6 +57,17 @@ export async function openFirestoreBackend(config: CliConfig): Promise<CliBacken
     relayStore: () => new FirestoreRelayStore({ firestore, collection: n.collection, wake: 'listen' }),
     status: async () => ({ store: 'firestore', status: await admin.status() }),
     admin: (): CliAdmin => admin,
+    // Retention as the relay runs it (published and skipped events by doneAt, never pending or parked ones), `batchSize` per call.
+    async prune(olderThanMs, batchSize, onProgress) {
+      const store = new FirestoreRelayStore({ firestore, collection: n.collection, wake: 'poll' });
+      let deleted = 0;
+      for (;;) {
+        const count = await store.prune(olderThanMs, batchSize);
+        deleted += count;
+        if (count > 0) onProgress(deleted);
+        if (count < batchSize) return deleted;
+      }
+    },
     close: () => firestore.terminate(),
   };
 }

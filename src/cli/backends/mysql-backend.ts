@@ -9,10 +9,11 @@ import type { CliConfig } from '../config.ts';
 import { importOptional } from '../optional-import.ts';
 import { MysqlAdmin } from '../../stores/mysql/mysql-admin.ts';
 import { mysqlConnection, type MysqlConnection } from '../../stores/mysql/mysql-connection.ts';
-import { assertMysqlMigrated, migrateMysql, printMysqlMigrations } from '../../stores/mysql/mysql-migrations.ts';
+import { MysqlInboxAdmin } from '../../stores/mysql/mysql-inbox-admin.ts';
+import { assertMysqlInboxMigrated, assertMysqlMigrated, migrateMysql, migrateMysqlInbox, printMysqlInboxMigrations, printMysqlMigrations } from '../../stores/mysql/mysql-migrations.ts';
 import { MysqlRelayStore } from '../../stores/mysql/mysql-relay-store.ts';
-import { mysqlNames, type MysqlNames } from '../../stores/mysql/mysql-sql.ts';
-import type { CliAdmin, CliBackend } from './backend.ts';
+import { mysqlInboxNames, mysqlNames, type MysqlInboxNames, type MysqlNames } from '../../stores/mysql/mysql-sql.ts';
+import type { CliAdmin, CliBackend, CliInbox, CliInboxAdmin } from './backend.ts';
 
 /** The validated names of the configured tables, a ConfigError turned into a message naming the flag. */
 function names(config: CliConfig): MysqlNames {
@@ -26,6 +27,20 @@ function names(config: CliConfig): MysqlNames {
 
 export function printMysql(config: CliConfig): string {
   return printMysqlMigrations(names(config));
+}
+
+/** The validated names of an inbox table (`--inbox-table`), in the URL's database. */
+function inboxNamesOf(table: string): MysqlInboxNames {
+  try {
+    return mysqlInboxNames({ table });
+  } catch (err) {
+    if (err instanceof ConfigError) throw new CliError(configMessage(err, { table: '--inbox-table' }));
+    throw err;
+  }
+}
+
+export function printMysqlInbox(table: string): string {
+  return printMysqlInboxMigrations(inboxNamesOf(table));
 }
 
 /** mysql2 reads any scheme; mariadb:// is said to it as mysql://. */
@@ -77,6 +92,38 @@ function backend(connection: MysqlConnection, n: MysqlNames, config: CliConfig):
     status: async () => ({ store: 'mysql', status: await admin.status() }),
     admin: (): CliAdmin => admin,
     close: () => connection.close(),
+    prune: (olderThanMs, batchSize, onProgress) => admin.prune(olderThanMs, batchSize, onProgress),
+    inbox: (table) => mysqlInbox(connection, table),
+    dashboard: () => admin,
+  };
+}
+
+/** `txbox inbox` on MySQL: the inbox tables in the URL's database, migrated under GET_LOCK like the outbox's. */
+function mysqlInbox(connection: MysqlConnection, table: string): CliInbox {
+  const n = inboxNamesOf(table);
+  const admin = new MysqlInboxAdmin(connection, { table: n.table });
+  const inboxAdmin: CliInboxAdmin = {
+    status: () => admin.status(),
+    listDead: (options) => admin.listDead(options),
+    listHeld: (options) => admin.listHeld(options),
+    retryDead: (selector, actor) => admin.retryDead(selector, actor),
+    retryHeld: (selector, actor) => admin.retryHeld(selector, actor),
+    discardDead: (selector, actor) => admin.discardDead(selector, actor),
+    prune: (olderThanMs, batchSize, onProgress) => admin.prune(olderThanMs, batchSize, onProgress),
+    pruneExtra: async (batchSize, onProgress) => ({ deleted: await admin.pruneKeys(batchSize, onProgress), what: `key lock row(s) of ${n.keys} without open events` }),
+  };
+  return {
+    table: n.inbox,
+    migrate: () => migrateMysqlInbox(connection, n),
+    async assertMigrated() {
+      try {
+        await assertMysqlInboxMigrated(connection, n);
+      } catch (err) {
+        if (err instanceof SchemaError) throw new CliError(err.message, EXIT.database);
+        throw err;
+      }
+    },
+    admin: () => inboxAdmin,
   };
 }
 

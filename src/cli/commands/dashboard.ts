@@ -2,14 +2,10 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { CliError } from '../cli-error.ts';
 import type { Command } from '../command.ts';
-import { openDatabase } from '../database.ts';
+import { openBackend, refusePostgresOnly } from '../backends/backend.ts';
 import { parseDuration } from '../../core/duration.ts';
 import { ConfigError } from '../../core/errors.ts';
-import { createDashboardHandler, isLoopback } from '../../dashboard/index.ts';
-import { PostgresAdmin } from '../../stores/postgres/postgres-admin.ts';
-import { PostgresInboxAdmin } from '../../stores/postgres/postgres-inbox-admin.ts';
-import { inboxNames } from '../../stores/postgres/postgres-inbox-store.ts';
-import { assertMigrated, postgresInboxMigrations } from '../../stores/postgres/postgres-migrations.ts';
+import { createDashboardHandler, isLoopback, type DashboardInboxSource } from '../../dashboard/index.ts';
 
 export const dashboardCommand: Command = {
   name: 'dashboard',
@@ -23,6 +19,10 @@ parked events (retry, skip, discard), the inbox's dead events (retry,
 discard) and held events (retry), updated live. Every action is written to
 the audit table with the actor dashboard:<token name>@<address>.
 
+On MySQL or MariaDB (a mysql:// or mariadb:// database URL) it shows the same
+sections, except destinations down (relays on MySQL record no circuits); the
+parked events' "parked at" is empty (the table records no park time).
+
 Options:
   --port N             port to listen on (default 8090; 0 picks a free one)
   --host ADDR          address to bind (default 127.0.0.1)
@@ -32,7 +32,8 @@ Options:
   --no-auth            serve without a token: only with a loopback --host, and
                        only to loopback clients
   --show-payloads      show the payloads of parked events (default: hidden)
-  --inbox-table NAME   inbox table in --schema (default inbox; shown when it exists)
+  --inbox-table NAME   inbox table in --schema, or the MySQL URL's database
+                       (default inbox; shown when it exists)
   --sample-every D     how often the status is sampled (default 5s)`,
   options: {
     port: { type: 'string' },
@@ -58,22 +59,29 @@ Options:
     const sampleIntervalMs = typeof flags['sample-every'] === 'string' ? parseDuration(flags['sample-every'], '--sample-every') : 5000;
     const inboxTable = typeof flags['inbox-table'] === 'string' ? flags['inbox-table'] : 'inbox';
 
-    const db = await openDatabase(config, logger, true, 'txbox dashboard');
-    let inboxAdmin: PostgresInboxAdmin | undefined;
+    refusePostgresOnly(config, ['schema']);
+    const backend = await openBackend(config, logger, true, 'txbox dashboard');
+    let inboxAdmin: DashboardInboxSource | undefined;
+    let admin;
     try {
-      await assertMigrated(db.connection, inboxNames({ schema: config.schema, table: inboxTable }), postgresInboxMigrations());
-      inboxAdmin = new PostgresInboxAdmin(db.connection, { schema: config.schema, table: inboxTable });
-    } catch (err) {
-      if (flags['inbox-table'] !== undefined) {
-        await db.connection.close();
-        throw new CliError(`--inbox-table ${inboxTable}: ${(err as Error).message.replace('txbox migrate', 'txbox inbox migrate')}`, 3);
+      if (backend.dashboard === undefined || backend.inbox === undefined) throw new CliError(`txbox dashboard: not available on ${backend.store}`);
+      admin = backend.dashboard();
+      const inbox = backend.inbox(inboxTable);
+      try {
+        await inbox.assertMigrated();
+        inboxAdmin = inbox.admin();
+      } catch (err) {
+        if (flags['inbox-table'] !== undefined) throw new CliError(`--inbox-table ${inboxTable}: ${(err as Error).message}`, 3);
+        logger.info({ table: inboxTable }, 'txbox dashboard: no migrated inbox table, the inbox section is hidden');
       }
-      logger.info({ table: inboxTable }, 'txbox dashboard: no migrated inbox table, the inbox section is hidden');
+    } catch (err) {
+      await backend.close();
+      throw err;
     }
     let handler;
     try {
       handler = createDashboardHandler({
-        admin: new PostgresAdmin(db.connection, { schema: config.schema, table: config.table }),
+        admin,
         inboxAdmin,
         ...(noAuth ? { allowNoAuth: true } : { token: token! }),
         showPayloads: flags['show-payloads'] === true,
@@ -81,7 +89,7 @@ Options:
         logger,
       });
     } catch (err) {
-      await db.connection.close();
+      await backend.close();
       if (err instanceof ConfigError) throw new CliError(err.field === 'token' ? err.message.replace(/^token/, tokenSource) : err.message);
       throw err;
     }
@@ -93,7 +101,7 @@ Options:
       });
     } catch (err) {
       await handler.close();
-      await db.connection.close();
+      await backend.close();
       throw new CliError(`cannot listen on ${host}:${port}: ${(err as Error).message}`, 1);
     }
     const address = server.address() as AddressInfo;
@@ -104,7 +112,7 @@ Options:
     await handler.close();
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));
-    await db.connection.close();
+    await backend.close();
     return 0;
   },
 };

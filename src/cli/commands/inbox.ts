@@ -1,13 +1,10 @@
 import { userInfo } from 'node:os';
 import { CliError } from '../cli-error.ts';
 import type { Command } from '../command.ts';
-import { openDatabase } from '../database.ts';
-import { fmt } from '../progress.ts';
+import { openBackend, printInboxMigrationsFor, refusePostgresOnly } from '../backends/backend.ts';
+import { Progress, fmt } from '../progress.ts';
 import { parseDuration } from '../../core/duration.ts';
 import { isUuid } from '../../core/uuid.ts';
-import { PostgresInboxAdmin } from '../../stores/postgres/postgres-inbox-admin.ts';
-import { assertMigrated, postgresInboxMigrations } from '../../stores/postgres/postgres-migrations.ts';
-import { migrateInbox } from '../../stores/postgres/postgres-migrations.ts';
 
 export const inboxCommand: Command = {
   name: 'inbox',
@@ -19,7 +16,7 @@ export const inboxCommand: Command = {
        txbox inbox dead discard (--id ID ... | --all [--consumer C]) [--actor NAME]
        txbox inbox held list [--consumer C] [--limit N] [--json]
        txbox inbox held retry   (--id ID ... | --all [--consumer C]) [--actor NAME]
-       txbox inbox prune --older-than DURATION
+       txbox inbox prune --older-than DURATION [--batch-size N]
 
 status   processed, failed, held, dead and retry counts per consumer
 retry    marks dead (or held) events to run again; the consumer's inbox picks
@@ -28,11 +25,18 @@ retry    marks dead (or held) events to run again; the consumer's inbox picks
 discard  deletes dead events (a later redelivery would run the handler again)
 held     events waiting for an earlier version of their key (projection
          gap), with the reason (e.g. "version 24 ... waits for version 23")
-prune    deletes processed rows older than DURATION: keep them longer than any
-         broker may redeliver, or a late redelivery runs its handler again
+prune    deletes processed rows older than DURATION, N rows per statement
+         (default 5000): keep them longer than any broker may redeliver, or a
+         late redelivery runs its handler again. On MySQL it also deletes the
+         per-key lock rows (<table>_keys) of keys without open events
+
+On MySQL or MariaDB (a mysql:// or mariadb:// database URL) the inbox tables
+live in the URL's database; migrate takes the same GET_LOCK as txbox migrate.
 
 Options:
-  --inbox-table NAME   inbox table (default inbox), in --schema`,
+  --inbox-table NAME   inbox table (default inbox), in --schema (PostgreSQL)
+                       or the URL's database (MySQL)
+  --batch-size N       rows per delete statement of prune (default 5000)`,
   positionals: ['ACTION', 'SUBACTION'],
   options: {
     'inbox-table': { type: 'string' },
@@ -44,15 +48,14 @@ Options:
     all: { type: 'boolean' },
     actor: { type: 'string' },
     'older-than': { type: 'string' },
+    'batch-size': { type: 'string' },
   },
   async run({ flags, positionals, config, logger, out }) {
     const [action, sub] = positionals;
     const table = typeof flags['inbox-table'] === 'string' ? flags['inbox-table'] : 'inbox';
-    const inboxConfig = { ...config, table };
+    refusePostgresOnly(config, ['schema']);
     if (action === 'migrate' && flags.print) {
-      const { printMigrations } = await import('../../stores/postgres/postgres-migrations.ts');
-      const { inboxNames } = await import('../../stores/postgres/postgres-inbox-store.ts');
-      out(printMigrations(inboxNames({ schema: config.schema, table }), postgresInboxMigrations()));
+      out(await printInboxMigrationsFor(config, table));
       return 0;
     }
     if (!action || !['migrate', 'status', 'dead', 'held', 'prune'].includes(action)) throw new CliError('inbox: choose migrate, status, dead, held or prune (see txbox inbox --help)');
@@ -60,28 +63,30 @@ Options:
     if (action === 'held' && !['list', 'retry'].includes(sub ?? '')) throw new CliError('inbox held: choose list or retry');
     if (action === 'prune' && typeof flags['older-than'] !== 'string') throw new CliError('inbox prune: --older-than is required (e.g. --older-than 7d)');
     const olderThanMs = action === 'prune' ? parseDuration(flags['older-than'] as string, '--older-than') : 0;
+    const batch = flags['batch-size'] === undefined ? 5000 : Number(flags['batch-size']);
+    if (!Number.isSafeInteger(batch) || batch <= 0) throw new CliError(`--batch-size ${String(flags['batch-size'])}: must be a positive whole number, e.g. --batch-size 5000`);
     let limit = 100;
     if (flags.limit !== undefined) {
       limit = Number(flags.limit);
       if (!Number.isSafeInteger(limit) || limit < 1) throw new CliError(`--limit: ${JSON.stringify(flags.limit)} is not a positive integer (e.g. --limit 100)`);
     }
-    const db = await openDatabase(inboxConfig, logger, false, 'txbox inbox');
+    const backend = await openBackend(config, logger, false, 'txbox inbox');
     try {
+      if (backend.inbox === undefined) throw new CliError(`txbox inbox: not available on ${backend.store}`);
+      const inbox = backend.inbox(table);
       if (action === 'migrate') {
-        const applied = await migrateInbox(db.connection, db.names);
-        out(applied.length ? `applied ${applied.join(', ')} to ${db.names.outbox}` : `${db.names.outbox} is up to date`);
+        const applied = await inbox.migrate();
+        out(applied.length ? `applied ${applied.join(', ')} to ${inbox.table}` : `${inbox.table} is up to date`);
         return 0;
       }
-      await assertMigrated(db.connection, db.names, postgresInboxMigrations()).catch((err: Error) => {
-        throw new CliError(err.message.replace('txbox migrate', 'txbox inbox migrate'), 3);
-      });
-      const admin = new PostgresInboxAdmin(db.connection, { schema: config.schema, table });
+      await inbox.assertMigrated();
+      const admin = inbox.admin();
       if (action === 'status') {
         const rows = await admin.status();
         if (flags.json) out(JSON.stringify(rows, null, 2));
-        else if (rows.length === 0) out(`inbox ${db.names.outbox}: no events received yet`);
+        else if (rows.length === 0) out(`inbox ${inbox.table}: no events received yet`);
         else {
-          out(`inbox ${db.names.outbox}`);
+          out(`inbox ${inbox.table}`);
           for (const r of rows) {
             out(`  ${r.consumer}: processed ${fmt(r.processed)} (${fmt(r.processedLastMinute)} in the last minute), failed ${fmt(r.failed)}, held ${fmt(r.held)}, dead ${fmt(r.dead)}, retry ${fmt(r.retry)}, last ${r.lastProcessedAt?.toISOString() ?? '-'}`);
           }
@@ -89,7 +94,15 @@ Options:
         return 0;
       }
       if (action === 'prune') {
-        out(`deleted ${fmt(await admin.prune(olderThanMs))} processed row(s)`);
+        const progress = new Progress();
+        const deleted = await admin.prune(olderThanMs, batch, (n) => progress.update(`inbox prune: ${fmt(n)} processed rows deleted`));
+        progress.done();
+        out(`deleted ${fmt(deleted)} processed row(s)`);
+        if (admin.pruneExtra) {
+          const extra = await admin.pruneExtra(batch, (n) => progress.update(`inbox prune: ${fmt(n)} lock rows deleted`));
+          progress.done();
+          out(`deleted ${fmt(extra.deleted)} ${extra.what}`);
+        }
         return 0;
       }
       const consumer = typeof flags.consumer === 'string' ? flags.consumer : undefined;
@@ -118,7 +131,7 @@ Options:
       out(`${sub === 'retry' ? 'queued for retry' : 'discarded'}: ${changed.length} ${action} event(s)`);
       return ids.length > 0 && changed.length < ids.length ? 1 : 0;
     } finally {
-      await db.connection.close();
+      await backend.close();
     }
   },
 };

@@ -67,3 +67,43 @@ export function comparePositions(a: Position, b: Position): number {
 /** Largest document Firestore stores (1 MiB less 4 bytes), and what the event's other fields and the field names may take of it. */
 export const MAX_DOCUMENT_BYTES = 1_048_572;
 export const DOCUMENT_OVERHEAD_BYTES = 16_384;
+
+export interface FirestoreInboxNamesOptions {
+  /** The inbox collection (top level); the per-key lock and audit collections take it as a prefix. Default: `txbox_inbox`. */
+  readonly collection?: string;
+}
+
+export interface FirestoreInboxNames {
+  readonly collection: string;
+  readonly inbox: string;
+  /** One document per (consumer, key) of versioned events: the per-key serialization (docs/stores/firestore.md#the-inbox). */
+  readonly keys: string;
+  readonly audit: string;
+}
+
+/** Validates the inbox's names (`collection` named in the error), as `firestoreNames` does the outbox's. */
+export function firestoreInboxNames(options: FirestoreInboxNamesOptions = {}): FirestoreInboxNames {
+  const collection = checkIdentifier('collection', options.collection ?? 'txbox_inbox', 100);
+  if (/^__.*__$/.test(collection)) throw new ConfigError('collection', `${JSON.stringify(collection)} is reserved by Firestore (names matching __.*__); choose another, e.g. "txbox_inbox"`);
+  return Object.freeze({ collection, inbox: collection, keys: `${collection}_keys`, audit: `${collection}_audit` });
+}
+
+/** Longest consumer name the Firestore inbox takes (it is part of a document id, at most 1,500 bytes). */
+export const MAX_CONSUMER_LENGTH = 200;
+
+/** Checks a consumer name (`consumer` named in the error). */
+export function checkConsumer(consumer: unknown): string {
+  if (typeof consumer !== 'string' || consumer.length === 0 || consumer.length > MAX_CONSUMER_LENGTH) {
+    throw new ConfigError('consumer', `must be a name of 1 to ${MAX_CONSUMER_LENGTH} characters (part of the Firestore inbox's document ids), got ${typeof consumer === 'string' ? `${consumer.length} characters` : typeof consumer}`);
+  }
+  return consumer;
+}
+
+/**
+ * The inbox document of (consumer, canonical event id): the consumer name
+ * URI-encoded (no `/`, which Firestore reads as a path; `:` encoded too, so
+ * the separator is unambiguous), `:`, the id.
+ */
+export function inboxDocId(consumer: string, eventId: string): string {
+  return `${encodeURIComponent(consumer)}:${eventId}`;
+}

@@ -20,6 +20,13 @@ export interface FirestoreRelayStoreOptions extends FirestoreNamesOptions {
    * event (each read is billed). Default: 2000.
    */
   readonly maxClaimScan?: number;
+  /**
+   * How long the document of a relay that stopped heartbeating (killed, or
+   * cut off) stays, in ms: a live relay deletes older ones (at most every
+   * 10 minutes, 100 a time). A relay that stops cleanly deletes its own at once.
+   * Default: 86400000 (a day, as the SQL stores keep theirs).
+   */
+  readonly relayRetentionMs?: number;
 }
 
 /** Firestore's `in` filter takes at most 30 values. */
@@ -30,6 +37,9 @@ const COMPLETE_CHUNK = 200;
 const MAX_HANDLES = 100_000;
 /** A failed wake-up listener is opened again at most this often (polling goes on meanwhile). */
 const RELISTEN_MS = 5_000;
+/** A relay store looks for the documents of relays gone for longer than `relayRetentionMs` at most this often, and deletes at most SWEEP_LIMIT a time. */
+const SWEEP_EVERY_MS = 600_000;
+const SWEEP_LIMIT = 100;
 
 interface Handle {
   readonly ref: DocumentReference;
@@ -84,6 +94,8 @@ export class FirestoreRelayStore implements RelayStore {
   readonly #cols: FirestoreCollections;
   readonly #wake: 'listen' | 'poll';
   readonly #maxScan: number;
+  readonly #relayRetentionMs: number;
+  #sweptAt = -Infinity;
   readonly #handles = new Map<number, Handle>();
   #nextHandle = 1;
   /** Server time minus local time, from the last read time seen (for retention's cutoff). */
@@ -107,6 +119,9 @@ export class FirestoreRelayStore implements RelayStore {
     const scan = options.maxClaimScan ?? 2000;
     if (!Number.isSafeInteger(scan) || scan <= 0) throw new ConfigError('maxClaimScan', `must be a positive integer, got ${String(scan)}`);
     this.#maxScan = scan;
+    const retention = options.relayRetentionMs ?? 86_400_000;
+    if (!Number.isSafeInteger(retention) || retention < 60_000) throw new ConfigError('relayRetentionMs', `must be a duration in ms of at least 60000, got ${String(retention)}`);
+    this.#relayRetentionMs = retention;
   }
 
   #saw(readTime: Timestamp): Timestamp {
@@ -136,6 +151,10 @@ export class FirestoreRelayStore implements RelayStore {
       this.#cols.buckets.where('leaseUntil', '>', now).get(),
     ]);
     this.#saw(relays.readTime);
+    if (performance.now() - this.#sweptAt >= SWEEP_EVERY_MS) {
+      this.#sweptAt = performance.now();
+      await this.#sweep(now);
+    }
     const live = relays.docs.filter((d) => d.get('leftAt') == null && after(plus(d.get('heartbeatAt') as Timestamp, Number(d.get('ttlMs'))), now)).length;
     let next: number | null = null;
     for (const b of leased.docs) {
@@ -144,6 +163,22 @@ export class FirestoreRelayStore implements RelayStore {
       next = next === null ? ms : Math.min(next, ms);
     }
     return { liveRelays: Math.max(1, live), bucketCount: BUCKETS, nextForeignExpiryMs: next === null ? null : Math.max(0, Math.ceil(next)) };
+  }
+
+  /**
+   * Deletes the documents of relays whose last heartbeat is older than
+   * `relayRetentionMs` (killed, cut off, or left under an older txbox). Each
+   * delete applies only if the document did not change since it was read, so
+   * a relay that came back meanwhile keeps its document.
+   */
+  async #sweep(now: Timestamp): Promise<void> {
+    try {
+      const gone = await this.#cols.relays.where('heartbeatAt', '<', plus(now, -this.#relayRetentionMs)).limit(SWEEP_LIMIT).get();
+      // A document that changed since the read (its relay came back) fails its precondition and stays.
+      await Promise.all(gone.docs.map((d) => d.ref.delete({ lastUpdateTime: d.updateTime }).catch(() => undefined)));
+    } catch {
+      // Housekeeping only: the heartbeat goes on, and the next sweep (in 10 minutes) tries again.
+    }
   }
 
   async lease(relayId: string, held: readonly BucketLease[], acquire: number, ttlMs: number): Promise<BucketLease[]> {
@@ -189,7 +224,8 @@ export class FirestoreRelayStore implements RelayStore {
       const snaps = await tx.getAll(...Array.from({ length: BUCKETS }, (_, b) => this.#bucketRef(b)));
       for (const snap of snaps) if (snap.get('owner') === relayId) tx.update(snap.ref, { owner: null, leaseUntil: null });
     });
-    await this.#cols.relays.doc(relayId).set({ leftAt: FieldValue.serverTimestamp(), inFlight: 0, ratePerMinute: 0 }, { merge: true });
+    // A clean stop: nothing about this relay is left to show (live relays count the documents heartbeating).
+    await this.#cols.relays.doc(relayId).delete();
   }
 
   /**

@@ -4,8 +4,9 @@
  * `migrateMysqlInbox`, under GET_LOCK; `print...` for your own migration
  * tool), parked/replay admin, the inbox (dedup and the handlers' writes in
  * one mysql2 transaction, held versions, dead letters), version-guarded
- * projections (`applyVersioned`) and the inbox admin. Not there yet: status
- * queries and the CLI (docs/stores/mysql.md).
+ * projections (`applyVersioned`) and the inbox admin; `MysqlAdmin` and
+ * `MysqlInboxAdmin` also feed `txbox/dashboard`. The CLI runs on it
+ * (docs/stores/mysql.md).
  */
 export { MysqlOutboxStore, type MysqlOutboxStoreOptions } from './mysql-outbox-store.ts';
 export { mysqlFromKysely, mysqlFromKnex } from './mysql-adapters.ts';

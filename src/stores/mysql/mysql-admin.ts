@@ -55,6 +55,8 @@ export interface MysqlParkedEvent {
   /** The MySQL table records no park time: always null (see `occurredAt`). */
   readonly parkedAt: null;
   readonly occurredAt: Date;
+  /** The event's payload: only when listed with `includePayload: true`. */
+  readonly payload?: unknown;
 }
 
 /** Which parked events an action applies to: some ids, or all of them (optionally of one destination). An array is ids. */
@@ -173,11 +175,11 @@ export class MysqlAdmin {
     return { totalBytes: num(t?.bytes), approxRows: num(t?.table_rows) };
   }
 
-  /** Parked events, oldest first, without payloads. */
-  async listParked(options: { destination?: string; limit?: number } = {}): Promise<MysqlParkedEvent[]> {
+  /** Parked events, oldest first; their payloads only with `includePayload` (the CLI and the dashboard show none by default). */
+  async listParked(options: { destination?: string; limit?: number; includePayload?: boolean } = {}): Promise<MysqlParkedEvent[]> {
     const rows = await this.db.query<Record<string, unknown>>(
-      `SELECT seq, id, type, \`key\`, destination, attempts, last_error, DATE_FORMAT(occurred_at, '%Y-%m-%dT%H:%i:%s.%fZ') AS occurred_at FROM ${this.names.outbox}
-       WHERE state = 'parked' AND (? IS NULL OR destination = ?) ORDER BY seq LIMIT ?`,
+      `SELECT seq, id, type, \`key\`, destination, attempts, last_error, DATE_FORMAT(occurred_at, '%Y-%m-%dT%H:%i:%s.%fZ') AS occurred_at${options.includePayload ? ", CONCAT('', payload) AS payload" : ''}
+       FROM ${this.names.outbox} WHERE state = 'parked' AND (? IS NULL OR destination = ?) ORDER BY seq LIMIT ?`,
       [options.destination ?? null, options.destination ?? null, options.limit ?? 100],
     );
     return rows.map((r) => ({
@@ -190,7 +192,22 @@ export class MysqlAdmin {
       lastError: (r.last_error as string | null) ?? null,
       parkedAt: null,
       occurredAt: new Date(String(r.occurred_at)),
+      ...(options.includePayload ? { payload: JSON.parse(String(r.payload)) as unknown } : {}),
     }));
+  }
+
+  /**
+   * Events published in the last `seconds` per destination, from retained
+   * rows (the `finished` index). The dashboard samples it for its
+   * publish-rate chart.
+   */
+  async publishedPerDestination(seconds = 60): Promise<{ destination: string; published: number }[]> {
+    const rows = await this.db.query<{ destination: string; c: string }>(
+      `SELECT destination, count(*) AS c FROM ${this.names.outbox}
+       WHERE state = 'published' AND done_at > ${NOW} - INTERVAL ? MICROSECOND GROUP BY destination ORDER BY destination`,
+      [Math.round(seconds * 1_000_000)],
+    );
+    return rows.map((r) => ({ destination: String(r.destination), published: num(r.c) }));
   }
 
   /** Makes parked events pending again with a fresh attempt count. Returns the ids changed, in outbox order. */
@@ -266,5 +283,38 @@ export class MysqlAdmin {
     }
     await this.db.query(`INSERT INTO ${n.audit} (at, action, actor, detail) VALUES (${NOW}, 'replay', ?, ?)`, [actor, JSON.stringify({ replayId, copied, ...filter })]);
     return { replayId, copied };
+  }
+
+  /**
+   * Deletes published and skipped rows finished more than `olderThanMs` ago,
+   * at most `batchSize` per statement, each statement its own short
+   * transaction; `onProgress` gets the running total after each batch.
+   * Pending and parked rows are never touched.
+   *
+   * Each batch is two statements: the batch's seqs are read from the
+   * `finished (state, done_at)` index in index order (a plain read, no
+   * locks), then deleted by primary key with the condition checked again.
+   * The delete locks only those rows (a relay marking other rows published
+   * never waits on it), is deterministic for statement-based replication (a
+   * `DELETE ... LIMIT` is not), and a row another prune (a relay's
+   * retention) deleted meanwhile is simply not counted.
+   */
+  async prune(olderThanMs: number, batchSize = 5000, onProgress?: (deleted: number) => void): Promise<number> {
+    if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new ConfigError('batchSize', 'must be a positive whole number, e.g. 5000');
+    const n = this.names;
+    const done = `state IN ('published', 'skipped') AND done_at < ${NOW} - INTERVAL ? MICROSECOND`;
+    const age = Math.round(olderThanMs * 1000);
+    let deleted = 0;
+    for (;;) {
+      const batch = await this.db.query<{ seq: string }>(`SELECT seq FROM ${n.outbox} WHERE ${done} ORDER BY state, done_at LIMIT ?`, [age, batchSize]);
+      if (batch.length > 0) {
+        const r = (await this.db.query(`DELETE FROM ${n.outbox} WHERE seq IN (${marks(batch.length)}) AND ${done}`, [...batch.map((b) => b.seq), age])) as unknown as {
+          affectedRows: number;
+        };
+        deleted += Number(r.affectedRows);
+        onProgress?.(deleted);
+      }
+      if (batch.length < batchSize) return deleted;
+    }
   }
 }

@@ -1,11 +1,12 @@
 import { ConfigError } from '../../core/errors.ts';
 import { canonicalEventId } from '../../core/inbound-event.ts';
-import type { DeadEvent, HeldEvent, InboxConsumerStatus } from '../postgres/postgres-inbox-admin.ts';
+import type { DeadEvent, HeldEvent, InboxConsumerStatus } from '../../core/inbox-admin-types.ts';
 import type { MysqlConnection } from './mysql-connection.ts';
 import { deadlockRetry } from './mysql-errors.ts';
+import { keySlot } from './mysql-inbox-store.ts';
 import { mysqlInboxNames, NOW, type MysqlInboxNames, type MysqlNamesOptions } from './mysql-sql.ts';
 
-export type { DeadEvent, HeldEvent, InboxConsumerStatus } from '../postgres/postgres-inbox-admin.ts';
+export type { DeadEvent, HeldEvent, InboxConsumerStatus } from '../../core/inbox-admin-types.ts';
 
 const num = (v: unknown): number => Number(v ?? 0);
 /** DATETIME(6) text in UTC (the connection's `dateStrings`) or a Date, as a Date. */
@@ -133,20 +134,105 @@ export class MysqlInboxAdmin {
   }
 
   /**
-   * Deletes processed rows older than `olderThanMs` in batches. A redelivery
-   * older than that would run its handler again: keep rows longer than any
-   * broker may redeliver.
+   * Deletes processed rows older than `olderThanMs`, at most `batchSize` per
+   * statement, each statement its own short transaction; `onProgress` gets
+   * the running total after each batch. A redelivery older than that would
+   * run its handler again: keep rows longer than any broker may redeliver.
+   *
+   * As `MysqlAdmin.prune`: each batch's rows are read from the
+   * `finished (status, processed_at)` index without locks, then deleted by
+   * primary key with the condition checked again, so the delete locks those
+   * rows only and is deterministic for statement-based replication.
    */
-  async prune(olderThanMs: number, batchSize = 5000): Promise<number> {
+  async prune(olderThanMs: number, batchSize = 5000, onProgress?: (deleted: number) => void): Promise<number> {
+    if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new ConfigError('batchSize', 'must be a positive whole number, e.g. 5000');
+    const t = this.names.inbox;
+    const done = `status = 'processed' AND processed_at < ${NOW} - INTERVAL ? MICROSECOND`;
+    const age = Math.round(olderThanMs * 1000);
     let total = 0;
     for (;;) {
-      const r = (await this.db.query(`DELETE FROM ${this.names.inbox} WHERE status = 'processed' AND processed_at < ${NOW} - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?`, [
-        Math.round(olderThanMs * 1000),
-        batchSize,
-      ])) as unknown as { affectedRows: number };
-      const n = Number(r.affectedRows);
-      total += n;
-      if (n < batchSize) return total;
+      const batch = await this.db.query<{ consumer: string; event_id: string }>(`SELECT consumer, event_id FROM ${t} WHERE ${done} ORDER BY processed_at LIMIT ?`, [age, batchSize]);
+      if (batch.length > 0) {
+        // One statement per consumer: `consumer = ? AND event_id IN (...)` is a range on the primary key, where an
+        // OR of 5,000 (consumer, event_id) pairs makes MariaDB scan the whole table.
+        const byConsumer = new Map<string, string[]>();
+        for (const b of batch) {
+          const ids = byConsumer.get(b.consumer);
+          if (ids) ids.push(b.event_id);
+          else byConsumer.set(b.consumer, [b.event_id]);
+        }
+        for (const [consumer, ids] of byConsumer) {
+          const r = (await this.db.query(`DELETE FROM ${t} WHERE consumer = ? AND event_id IN (${marks(ids.length)}) AND ${done}`, [consumer, ...ids, age])) as unknown as {
+            affectedRows: number;
+          };
+          total += Number(r.affectedRows);
+        }
+        onProgress?.(total);
+      }
+      if (batch.length < batchSize) return total;
+    }
+  }
+
+  /**
+   * Deletes the per-key lock rows (`<table>_keys`) of keys that have no open
+   * versioned event (failed, retry, held or dead) left, at most `batchSize`
+   * per statement; returns how many. Without this the table keeps one row
+   * per versioned key ever seen.
+   *
+   * Why this is safe while consumers run: a lock row holds no state; it only
+   * exists to be locked. `MysqlInboxStore.runBatch` takes it with
+   * `INSERT ... ON DUPLICATE KEY UPDATE` (never `SELECT ... FOR UPDATE`, which
+   * would lock nothing once the row is gone), at the start of the transaction,
+   * and holds it until commit. So:
+   * - a row some inbox transaction holds cannot be deleted under it: the
+   *   DELETE waits for that transaction to end;
+   * - a row deleted while no one holds it puts its slot back where it was
+   *   before the key's first event: the next transaction of the key inserts it
+   *   again, and two such transactions serialize on the primary key (the
+   *   second inserter waits for the first one's row lock) exactly as the first
+   *   two events of a new key always have. A deadlock InnoDB reports there is
+   *   rolled back and run again by the store, as any other;
+   * - a DELETE that an inbox transaction waits for (it arrived after the
+   *   DELETE took the row) lets that transaction insert the row afresh once
+   *   the DELETE commits, and then hold it as before.
+   * Either way no two transactions of one key hold the lock at once, which
+   * is all the hold/release protocol relies on. The open-event filter is not
+   * needed for safety: it keeps the rows of keys that will run again (held,
+   * failed, retried) instead of deleting and re-creating them. It is read
+   * once, before the batches; a key that gets an open event after that is
+   * covered by the argument above.
+   *
+   * The deletes run at READ COMMITTED (the next transaction only), so they
+   * take no gap locks that would stall the inserts of new keys.
+   */
+  async pruneKeys(batchSize = 5000, onProgress?: (deleted: number) => void): Promise<number> {
+    if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new ConfigError('batchSize', 'must be a positive whole number, e.g. 5000');
+    const { inbox, keys } = this.names;
+    const open = new Set(
+      (
+        await this.db.query<{ consumer: string; key: string }>(
+          `SELECT DISTINCT consumer, \`key\` FROM ${inbox} WHERE status IN ('failed', 'retry', 'held', 'dead') AND version IS NOT NULL`,
+        )
+      ).map((r) => keySlot(r.consumer, r.key)),
+    );
+    let after = -1;
+    let total = 0;
+    for (;;) {
+      const batch = (await this.db.query<{ slot: string | number }>(`SELECT slot FROM ${keys} WHERE slot > ? ORDER BY slot LIMIT ?`, [after, batchSize])).map((r) => Number(r.slot));
+      const doomed = batch.filter((slot) => !open.has(slot));
+      if (doomed.length > 0) {
+        const r = await deadlockRetry(() =>
+          this.db.withConnection(async (conn) => {
+            await conn.query('SET TRANSACTION ISOLATION LEVEL READ COMMITTED');
+            const [header] = (await conn.query(`DELETE FROM ${keys} WHERE slot IN (${marks(doomed.length)})`, doomed)) as unknown as [{ affectedRows: number }];
+            return Number(header.affectedRows);
+          }),
+        );
+        total += r;
+        onProgress?.(total);
+      }
+      if (batch.length < batchSize) return total;
+      after = batch[batch.length - 1]!;
     }
   }
 }

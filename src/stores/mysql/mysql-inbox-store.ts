@@ -62,8 +62,8 @@ function checkConsumer(consumer: string): void {
   }
 }
 
-/** The lock row of (consumer, key): the first 4 bytes of SHA-256 (as PostgreSQL's int4 advisory key; a collision only serializes two keys). */
-function keySlot(consumer: string, key: string): number {
+/** The lock row of (consumer, key): the first 4 bytes of SHA-256 (as PostgreSQL's int4 advisory key; a collision only serializes two keys). `MysqlInboxAdmin.pruneKeys` uses it too. */
+export function keySlot(consumer: string, key: string): number {
   return createHash('sha256').update(`${consumer}/${key}`).digest().readUInt32BE(0);
 }
 

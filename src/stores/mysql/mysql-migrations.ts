@@ -98,14 +98,23 @@ const NO_SUCH_TABLE = 1146;
  * Throws a SchemaError naming the fix when the tables of `n` do not exist or
  * miss a migration of this version. Changes nothing.
  */
-export async function assertMysqlMigrated(connection: MysqlConnection, n: MysqlNames, migrations = mysqlMigrations()): Promise<void> {
+export function assertMysqlMigrated(connection: MysqlConnection, n: MysqlNames, migrations = mysqlMigrations()): Promise<void> {
+  return assertApplied(connection, n.migrations, `the txbox tables ${n.outbox}`, '`txbox migrate` (or apply `txbox migrate --print`)', migrations);
+}
+
+/** As `assertMysqlMigrated`, for the inbox tables of `n` (see `mysqlInboxNames`). */
+export function assertMysqlInboxMigrated(connection: MysqlConnection, n: MysqlInboxNames): Promise<void> {
+  return assertApplied(connection, n.migrations, `the txbox inbox tables ${n.inbox}`, '`txbox inbox migrate` (or `migrateMysqlInbox`, or apply `txbox inbox migrate --print`)', mysqlInboxMigrations());
+}
+
+async function assertApplied(connection: MysqlConnection, migrationsTable: string, what: string, fix: string, migrations: readonly MysqlMigration[]): Promise<void> {
   let done: Set<string>;
   try {
-    done = new Set((await connection.query<{ name: string }>(`SELECT name FROM ${n.migrations}`)).map((r) => r.name));
+    done = new Set((await connection.query<{ name: string }>(`SELECT name FROM ${migrationsTable}`)).map((r) => r.name));
   } catch (err) {
     if ((err as { errno?: number }).errno !== NO_SUCH_TABLE) throw err;
-    throw new SchemaError(`the txbox tables ${n.outbox} do not exist yet; run \`txbox migrate\` (or apply \`txbox migrate --print\`) first`, { cause: err });
+    throw new SchemaError(`${what} do not exist yet; run ${fix} first`, { cause: err });
   }
   const missing = migrations.filter((m) => !done.has(m.name)).map((m) => m.name);
-  if (missing.length > 0) throw new SchemaError(`the txbox tables ${n.outbox} are behind this version (missing ${missing.join(', ')}); run \`txbox migrate\``);
+  if (missing.length > 0) throw new SchemaError(`${what} are behind this version (missing ${missing.join(', ')}); run ${fix.replace(/ \(.*\)$/, '')}`);
 }

@@ -2,34 +2,9 @@ import { ConfigError } from '../../core/errors.ts';
 import type { PostgresConnection } from './postgres-connection.ts';
 import { inboxNames } from './postgres-inbox-store.ts';
 import type { PostgresNames } from './postgres-sql.ts';
+import type { DeadEvent, HeldEvent, InboxConsumerStatus } from '../../core/inbox-admin-types.ts';
 
-export interface InboxConsumerStatus {
-  readonly consumer: string;
-  readonly processed: number;
-  readonly failed: number;
-  readonly dead: number;
-  readonly held: number;
-  readonly retry: number;
-  readonly processedLastMinute: number;
-  readonly lastProcessedAt: Date | null;
-}
-
-export interface DeadEvent {
-  readonly consumer: string;
-  readonly id: string;
-  readonly type: string;
-  readonly key: string;
-  readonly attempts: number;
-  readonly lastError: string | null;
-  readonly receivedAt: Date;
-}
-
-export interface HeldEvent extends DeadEvent {
-  /** The event's version (null when the producer does not track one). */
-  readonly version: number | null;
-  /** When it was last held or re-checked (null: held before migration 002). */
-  readonly heldAt: Date | null;
-}
+export type { DeadEvent, HeldEvent, InboxConsumerStatus } from '../../core/inbox-admin-types.ts';
 
 const num = (v: unknown): number => Number(v ?? 0);
 
@@ -141,7 +116,7 @@ export class PostgresInboxAdmin {
    * older than that would run its handler again: keep rows longer than any
    * broker may redeliver (default in the CLI: 7 days).
    */
-  async prune(olderThanMs: number, batchSize = 5000): Promise<number> {
+  async prune(olderThanMs: number, batchSize = 5000, onProgress?: (deleted: number) => void): Promise<number> {
     let total = 0;
     for (;;) {
       const { rows } = await this.db.query<{ n: number }>(
@@ -154,6 +129,7 @@ export class PostgresInboxAdmin {
         [olderThanMs, batchSize],
       );
       total += rows[0]!.n;
+      if (rows[0]!.n > 0) onProgress?.(total);
       if (rows[0]!.n < batchSize) return total;
     }
   }
