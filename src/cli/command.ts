@@ -35,9 +35,13 @@ export const GLOBAL_OPTIONS = {
 
 export const GLOBAL_HELP = `Global options:
   --database-url URL   postgres:// (PostgreSQL) or mysql:// / mariadb:// (MySQL, MariaDB:
-                       migrate, relay, status, parked, replay) URL (or TXBOX_DATABASE_URL)
+                       migrate, relay, status, parked, replay) URL (or TXBOX_DATABASE_URL);
+                       firestore://PROJECT_ID[/DATABASE_ID] (Firestore: migrate, relay, status,
+                       parked, replay, prune, demo; credentials from Application Default
+                       Credentials, the emulator from FIRESTORE_EMULATOR_HOST)
   --schema NAME        schema of the txbox tables (default txbox; PostgreSQL only)
-  --table NAME         outbox table (default outbox; on MySQL the tables' name prefix)
+  --table NAME         outbox table (default outbox; on MySQL the tables' name prefix; on
+                       Firestore the outbox collection, default txbox_outbox)
   --config FILE        JSON config file (default ./txbox.config.json if present)
   --log-level LEVEL    debug | info | warn | error | silent (default info)
   -h, --help           show help`;

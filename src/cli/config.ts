@@ -75,7 +75,8 @@ const ENV = {
 
 export const ENV_HELP = `Environment:
   TXBOX_DATABASE_URL     PostgreSQL URL (postgres://user@host:5432/db), or MySQL/MariaDB
-                         (mysql://user@host:3306/db) for migrate, relay, status, parked, replay
+                         (mysql://user@host:3306/db) for migrate, relay, status, parked, replay,
+                         or Firestore (firestore://PROJECT_ID[/DATABASE_ID])
   TXBOX_SCHEMA           schema of the txbox tables (default txbox; PostgreSQL only)
   TXBOX_TABLE            outbox table name (default outbox)
   TXBOX_CONFIG           path of a JSON config file (default ./txbox.config.json if present)
