@@ -14,15 +14,15 @@ import { CliError } from '../cli-error.ts';
 import type { OpenDatabase } from '../database.ts';
 import type { DestinationCircuit, OutboxStatus, ParkedEvent, ParkedSelector, ReplayFilter } from '../../stores/postgres/postgres-admin.ts';
 import type { WalSlotStatus } from '../../stores/postgres/postgres-wal.ts';
-import type { MysqlOutboxStatus, MysqlParkedEvent } from '../../stores/mysql/mysql-admin.ts';
+import type { MysqlDestinationCircuit, MysqlOutboxStatus, MysqlParkedEvent } from '../../stores/mysql/mysql-admin.ts';
 import type { DashboardInboxSource, DashboardOutboxSource } from '../../dashboard/dashboard-source.ts';
 
 export type StoreKind = 'postgres' | 'mysql';
 
-/** What `txbox status` shows: PostgreSQL adds circuits and WAL slots; MySQL records neither. */
+/** What `txbox status` shows: both add the relays' open circuits; PostgreSQL adds WAL slots. */
 export type StatusReport =
   | { readonly store: 'postgres'; readonly status: OutboxStatus; readonly circuits: DestinationCircuit[]; readonly slots: WalSlotStatus[] }
-  | { readonly store: 'mysql'; readonly status: MysqlOutboxStatus };
+  | { readonly store: 'mysql'; readonly status: MysqlOutboxStatus; readonly circuits: MysqlDestinationCircuit[] };
 
 /** Parked events and replay, on either store. */
 export interface CliAdmin {

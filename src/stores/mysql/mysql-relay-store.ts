@@ -1,6 +1,6 @@
 import type { StoredEvent } from '../../core/envelope.ts';
 import { ConfigError } from '../../core/errors.ts';
-import type { BucketLease, ClaimOptions, Completion, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
+import type { BucketLease, ClaimOptions, Completion, OutboxGauges, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
 import type { MysqlConnection } from './mysql-connection.ts';
 import { deadlockRetry } from './mysql-errors.ts';
 import { claimSql, mysqlNames, NOW, type MysqlNames, type MysqlNamesOptions } from './mysql-sql.ts';
@@ -81,14 +81,15 @@ export class MysqlRelayStore implements RelayStore {
     this.#db = options.connection;
   }
 
+  /** Records the relay's liveness and its open circuits (for `txbox status` and the dashboard: `MysqlAdmin.circuits`). */
   async heartbeat(relay: RelayHeartbeat, ttlMs: number) {
     const n = this.names;
     await this.#db.query(
-      `INSERT INTO ${n.relays} (relay_id, host, pid, in_flight, published_total, rate_per_minute, ttl_ms, heartbeat_at, left_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ${NOW}, NULL)
+      `INSERT INTO ${n.relays} (relay_id, host, pid, in_flight, published_total, rate_per_minute, ttl_ms, circuits, heartbeat_at, left_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ${NOW}, NULL)
        ON DUPLICATE KEY UPDATE host = VALUES(host), pid = VALUES(pid), in_flight = VALUES(in_flight), published_total = VALUES(published_total),
-         rate_per_minute = VALUES(rate_per_minute), ttl_ms = VALUES(ttl_ms), heartbeat_at = ${NOW}, left_at = NULL`,
-      [relay.relayId, relay.host, relay.pid, relay.inFlight, relay.publishedTotal, Math.round(relay.ratePerMinute), Math.round(ttlMs)],
+         rate_per_minute = VALUES(rate_per_minute), ttl_ms = VALUES(ttl_ms), circuits = VALUES(circuits), heartbeat_at = ${NOW}, left_at = NULL`,
+      [relay.relayId, relay.host, relay.pid, relay.inFlight, relay.publishedTotal, Math.round(relay.ratePerMinute), Math.round(ttlMs), JSON.stringify(relay.circuits ?? [])],
     );
     const [row] = await this.#db.query<{ live: string | number; next_ms: string | number | null }>(
       `SELECT (SELECT count(*) FROM ${n.relays} WHERE left_at IS NULL AND heartbeat_at + INTERVAL ttl_ms * 1000 MICROSECOND > ${NOW}) AS live,
@@ -225,6 +226,37 @@ export class MysqlRelayStore implements RelayStore {
       `SELECT COALESCE(SUM(state = 'pending'), 0) AS pending, COALESCE(SUM(state = 'parked'), 0) AS parked FROM ${this.names.outbox}`,
     );
     return { pending: Number(r!.pending), parked: Number(r!.parked) };
+  }
+
+  /**
+   * Pending, parked and the oldest pending event's age per destination, and
+   * the relays alive (heartbeat within their lease TTL, by the server's UTC
+   * clock): one statement, for the metrics gauges (the relay caches it and
+   * reads it only when metrics are collected). The age is by `occurred_at`
+   * (the writer's clock: the table has no insert time), never below 0.
+   */
+  async outboxGauges(): Promise<OutboxGauges> {
+    const n = this.names;
+    const rows = await this.#db.query<{ destination: string | null; pending: string | number | null; parked: string | number | null; oldest: string | number | null; alive: string | number }>(
+      `SELECT d.destination, d.pending, d.parked, d.oldest, r.alive FROM
+         (SELECT count(*) AS alive FROM ${n.relays} WHERE left_at IS NULL AND heartbeat_at + INTERVAL ttl_ms * 1000 MICROSECOND > ${NOW}) r
+       LEFT JOIN (SELECT destination,
+           SUM(state = 'pending') AS pending,
+           SUM(state = 'parked') AS parked,
+           TIMESTAMPDIFF(MICROSECOND, MIN(IF(state = 'pending', occurred_at, NULL)), ${NOW}) / 1000000 AS oldest
+         FROM ${n.outbox} WHERE state IN ('pending', 'parked') GROUP BY destination) d ON 1 = 1`,
+    );
+    return {
+      relaysAlive: Number(rows[0]?.alive ?? 0),
+      destinations: rows
+        .filter((r) => r.destination !== null)
+        .map((r) => ({
+          destination: r.destination!,
+          pending: Number(r.pending ?? 0),
+          parked: Number(r.parked ?? 0),
+          oldestPendingSeconds: r.oldest === null ? 0 : Math.max(0, Number(r.oldest)),
+        })),
+    };
   }
 
   /** The connection is the caller's: `close()` of the connection ends it. */
