@@ -151,3 +151,40 @@ it('a destination down: the heartbeat records the open circuit (MysqlAdmin.circu
   await pool.query(`UPDATE \`${table}_relays\` SET circuits = ? WHERE relay_id = 'relay-mysql-breaker'`, [JSON.stringify([{ destination: 'billing', reason: 'x', openSince: new Date().toISOString(), nextProbeAt: new Date().toISOString(), failedProbes: 0 }])]);
   assert.deepEqual(await admin.circuits(), []);
 });
+
+it('deleteOnPublish: the fenced completion deletes published rows; a stale token deletes nothing; retried and parked rows stay', async () => {
+  const table = `d_${randomBytes(3).toString('hex')}`;
+  await migrateMysql(connection, mysqlNames({ table }));
+  assert.throws(() => new MysqlRelayStore({ connection, table, deleteOnPublish: 'yes' as never }), /deleteOnPublish: must be true or false, got "yes"/);
+  const ids = await enqueue(table, [
+    OrderPlaced({ aggregateId: 'a', payload: { n: 1 } }),
+    OrderPlaced({ aggregateId: 'b', payload: { n: 2 } }),
+    OrderPlaced({ aggregateId: 'c', payload: { n: 3 } }),
+    OrderPlaced({ aggregateId: 'd', payload: { n: 4 } }),
+  ]);
+  const store = new MysqlRelayStore({ connection, table, deleteOnPublish: true });
+  const leases = await store.lease('relay-del', [], 256, 30_000);
+  assert.equal(leases.length, 256);
+  const claimed = await store.claim(leases, { limit: 10, skipParkedDestinations: [] });
+  assert.deepEqual(claimed.map((e) => e.id), ids);
+  const token = (bucket: number) => leases.find((l) => l.bucket === bucket)!.token;
+  const [a, b, c, d] = claimed as [(typeof claimed)[0], (typeof claimed)[0], (typeof claimed)[0], (typeof claimed)[0]];
+  // A completion under a token the relay no longer holds (a takeover happened) is refused and deletes nothing.
+  assert.deepEqual(await store.complete('relay-del', [{ seq: a.seq, token: String(BigInt(token(a.bucket)) + 1n), outcome: 'published' }]), { applied: 0, rejected: 1 });
+  assert.deepEqual(await store.complete('relay-other', [{ seq: a.seq, token: token(a.bucket), outcome: 'published' }]), { applied: 0, rejected: 1 }, 'another relay cannot complete it');
+  const result = await store.complete('relay-del', [
+    { seq: a.seq, token: token(a.bucket), outcome: 'published' },
+    { seq: b.seq, token: token(b.bucket), outcome: 'published' },
+    { seq: c.seq, token: token(c.bucket), outcome: 'retry', delayMs: 60_000, error: 'HTTP 503' },
+    { seq: d.seq, token: token(d.bucket), outcome: 'park', error: 'HTTP 400' },
+  ]);
+  assert.deepEqual(result, { applied: 4, rejected: 0 });
+  const [rows] = (await pool.query(`SELECT id, state, attempts FROM \`${table}\` ORDER BY seq`)) as unknown as [{ id: string; state: string; attempts: number }[]];
+  assert.deepEqual(rows, [
+    { id: c.id, state: 'pending', attempts: 1 },
+    { id: d.id, state: 'parked', attempts: 1 },
+  ]);
+  // Completing a deleted row again (a duplicate completion) applies nothing.
+  assert.deepEqual(await store.complete('relay-del', [{ seq: a.seq, token: token(a.bucket), outcome: 'published' }]), { applied: 0, rejected: 1 });
+  await store.leave('relay-del');
+});

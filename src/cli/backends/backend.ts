@@ -136,7 +136,7 @@ export async function printInboxMigrationsFor(config: CliConfig, table: string):
  * Refuses, on MySQL, a setting that only PostgreSQL has, naming where it
  * was set (`--wake`, `TXBOX_SCHEMA`, the config file's field) and what to do.
  */
-export function refusePostgresOnly(config: CliConfig, settings: readonly ('schema' | 'wake' | 'deleteOnPublish')[]): void {
+export function refusePostgresOnly(config: CliConfig, settings: readonly ('schema' | 'wake')[]): void {
   if (storeOf(config.databaseUrl) !== 'mysql') return;
   const s = config.sources;
   for (const setting of settings) {
@@ -145,9 +145,6 @@ export function refusePostgresOnly(config: CliConfig, settings: readonly ('schem
     }
     if (setting === 'wake' && s.wake !== undefined) {
       throw new CliError(`${s.wake}: the wake modes (LISTEN/NOTIFY, WAL) are PostgreSQL's; a relay on MySQL wakes by polling (tune it with --poll-interval-ms)`);
-    }
-    if (setting === 'deleteOnPublish' && config.relay.deleteOnPublish) {
-      throw new CliError(`--delete-on-publish (or relay.deleteOnPublish in the config file): not supported on MySQL yet; published rows are kept and removed by retention (--keep-published, e.g. 1h)`);
     }
   }
 }

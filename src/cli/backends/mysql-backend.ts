@@ -89,7 +89,7 @@ function backend(connection: MysqlConnection, n: MysqlNames, config: CliConfig):
     outbox: n.outbox,
     postgres: undefined,
     migrate: () => migrateMysql(connection, n),
-    relayStore: () => new MysqlRelayStore({ connection, table: config.table }),
+    relayStore: ({ deleteOnPublish }) => new MysqlRelayStore({ connection, table: config.table, deleteOnPublish }),
     status: async () => {
       const [status, circuits] = await Promise.all([admin.status(), admin.circuits()]);
       return { store: 'mysql', status, circuits };

@@ -27,8 +27,8 @@ Its database connections show as "txbox relay <id>" in pg_stat_activity
 (unless the database URL sets application_name).
 
 On MySQL or MariaDB (a mysql:// or mariadb:// database URL) it wakes by
-polling (--poll-interval-ms; MySQL has no LISTEN/NOTIFY); --wake, --schema
-and --delete-on-publish are PostgreSQL's and are refused there.
+polling (--poll-interval-ms; MySQL has no LISTEN/NOTIFY); --wake and
+--schema are PostgreSQL's and are refused there.
 
 Options:
   --transport TYPE          http, kafka, rabbitmq, nats or redis
@@ -84,7 +84,7 @@ ${METRICS_HELP}`,
     ...METRICS_OPTIONS,
   },
   async run({ flags, config, logger, signal, out }) {
-    refusePostgresOnly(config, ['schema', 'wake', 'deleteOnPublish']);
+    refusePostgresOnly(config, ['schema', 'wake']);
     const served = metricsFlags(flags);
     const metrics = served ? await prepareMetrics() : undefined;
     const transport = await createTransport(config.transport, logger);

@@ -8,6 +8,12 @@ import { claimSql, mysqlNames, NOW, type MysqlNames, type MysqlNamesOptions } fr
 export interface MysqlRelayStoreOptions extends MysqlNamesOptions {
   /** The relay's own database handle (`mysqlConnection(...)`). Required. */
   readonly connection: MysqlConnection;
+  /**
+   * Delete rows when they are published instead of keeping them for
+   * `txbox replay` until retention removes them (the same fenced completion
+   * deletes the row rather than marking it). Default: false.
+   */
+  readonly deleteOnPublish?: boolean;
 }
 
 const BUCKETS = 256;
@@ -74,11 +80,16 @@ const marks = (k: number): string => Array.from({ length: k }, () => '?').join('
 export class MysqlRelayStore implements RelayStore {
   readonly names: MysqlNames;
   readonly #db: MysqlConnection;
+  readonly #deleteOnPublish: boolean;
 
   constructor(options: MysqlRelayStoreOptions) {
     if (!options?.connection || typeof options.connection.query !== 'function') throw new ConfigError('connection', 'is required: pass mysqlConnection({ uri }) or mysqlConnection({ pool })');
+    if (options.deleteOnPublish !== undefined && typeof options.deleteOnPublish !== 'boolean') {
+      throw new ConfigError('deleteOnPublish', `must be true or false, got ${JSON.stringify(options.deleteOnPublish)}`);
+    }
     this.names = mysqlNames(options);
     this.#db = options.connection;
+    this.#deleteOnPublish = options.deleteOnPublish ?? false;
   }
 
   /** Records the relay's liveness and its open circuits (for `txbox status` and the dashboard: `MysqlAdmin.circuits`). */
@@ -175,8 +186,11 @@ export class MysqlRelayStore implements RelayStore {
       let count = 0;
       const published = completions.filter((c) => c.outcome === 'published' && passes(c)).map((c) => c.seq);
       if (published.length > 0) {
+        // The rows are locked (FOR UPDATE above) and passed the fence: mark them published, or delete them.
         const [r] = (await tx.query(
-          `UPDATE ${n.outbox} SET state = 'published', done_at = ${NOW}, attempts = attempts + 1, next_attempt_at = NULL WHERE seq IN (${marks(published.length)}) AND state = 'pending'`,
+          this.#deleteOnPublish
+            ? `DELETE FROM ${n.outbox} WHERE seq IN (${marks(published.length)}) AND state = 'pending'`
+            : `UPDATE ${n.outbox} SET state = 'published', done_at = ${NOW}, attempts = attempts + 1, next_attempt_at = NULL WHERE seq IN (${marks(published.length)}) AND state = 'pending'`,
           published,
         )) as unknown as [{ affectedRows: number }];
         count += r.affectedRows;
