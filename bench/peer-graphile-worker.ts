@@ -36,6 +36,7 @@
  * the same run; the table prints each next to the ratio.
  *
  * Settings: BENCH_ROUNDS (3), BENCH_PARTS (drain,latency,producer), BENCH_PEER_SINKS (noop,http,nats: which drains),
+ * BENCH_PEER_WAKES (notify,wal: txbox's wake modes in the latency part, each beside graphile-worker's run of the same round),
  * BENCH_LATENCY_SECONDS (10), BENCH_SECONDS (10, producer, per system and round), BENCH_KEYS (1000).
  */
 import pg from 'pg';
@@ -65,6 +66,8 @@ const PRODUCER_SECONDS = envInt('BENCH_SECONDS', 10);
 const WRITERS = envInt('BENCH_CLIENTS', 4);
 const PARTS = (process.env.BENCH_PARTS ?? 'drain,latency,producer').split(',').map((s) => s.trim());
 const SINKS = (process.env.BENCH_PEER_SINKS ?? 'noop,http,nats').split(',').map((s) => s.trim());
+/** txbox's wake modes in the latency part: notify (LISTEN/NOTIFY, producers notify) and wal (the WAL wake mode, producers without NOTIFY). */
+const WAKES = (process.env.BENCH_PEER_WAKES ?? 'notify,wal').split(',').map((s) => s.trim()) as ('notify' | 'wal')[];
 /** The ratio issue 16 asks of the HTTP and NATS drains. */
 const TARGET = 2;
 const signedInt = (name: string, fallback: number): number => (process.env[name] ? Number(process.env[name]) : fallback);
@@ -416,18 +419,29 @@ await withBench('peer', async (bench) => {
     }
     if (PARTS.includes('latency')) {
       for (const rate of RATES) {
-        const p50 = row(`latency @${fmtInt(rate)}/s p50`, 'ms', true);
-        const p99 = row(`latency @${fmtInt(rate)}/s p99`, 'ms', true);
+        // txbox in each wake mode (BENCH_PEER_WAKES), each against graphile-worker's run of the same round.
+        const modes = WAKES.map((wake) => ({
+          wake,
+          p50: row(`latency @${fmtInt(rate)}/s p50${wake === 'wal' ? ', txbox WAL mode' : ''}`, 'ms', true),
+          p99: row(`latency @${fmtInt(rate)}/s p99${wake === 'wal' ? ', txbox WAL mode' : ''}`, 'ms', true),
+        }));
         for (let round = 1; round <= ROUNDS; round++) {
-          const order = round % 2 === 1 ? (['txbox', 'gw'] as const) : (['gw', 'txbox'] as const);
+          const order = round % 2 === 1 ? [...WAKES, 'gw' as const] : ['gw' as const, ...WAKES];
           for (const who of order) {
             const r =
-              who === 'txbox'
-                ? await measureCommitToAck(bench, { rate, seconds: LATENCY_SECONDS, clients: 8, keys: KEYS, notify: true, pollIntervalMs: 1000, transport: 'noop' })
-                : await graphileLatency(gw, rate);
-            (who === 'txbox' ? p50.txbox : p50.gw).push(r.p50);
-            (who === 'txbox' ? p99.txbox : p99.gw).push(r.p99);
-            log(`round ${round} latency @${rate}/s: ${who === 'txbox' ? 'txbox' : 'graphile-worker'} p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms (${fmtInt(r.acked)}/${fmtInt(r.produced)} acked)`);
+              who === 'gw'
+                ? await graphileLatency(gw, rate)
+                : await measureCommitToAck(bench, { rate, seconds: LATENCY_SECONDS, clients: 8, keys: KEYS, notify: who === 'notify', wake: who, pollIntervalMs: 1000, transport: 'noop' });
+            for (const m of modes) {
+              if (who === 'gw') {
+                m.p50.gw.push(r.p50);
+                m.p99.gw.push(r.p99);
+              } else if (who === m.wake) {
+                m.p50.txbox.push(r.p50);
+                m.p99.txbox.push(r.p99);
+              }
+            }
+            log(`round ${round} latency @${rate}/s: ${who === 'gw' ? 'graphile-worker' : `txbox (${who})`} p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms (${fmtInt(r.acked)}/${fmtInt(r.produced)} acked)`);
           }
         }
       }

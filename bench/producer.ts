@@ -66,12 +66,15 @@ interface Mode {
   readonly driver?: 'postgres.js' | 'postgres.js pipelined';
   /** The business-only mode its slowdown is taken against. Default: business. */
   readonly base?: string;
+  /** Diagnostics: the outbox index (suffix of the table name) dropped for this mode's runs, to weigh what it costs producers. */
+  readonly withoutIndex?: string;
 }
 
 const ALL_MODES: readonly Mode[] = [
   { name: 'business', what: '(a) business transaction only' },
   { name: 'notify', notify: true, what: '(b) + enqueue, notify: true, nobody listening' },
   { name: 'no-notify', notify: false, what: '(c) + enqueue, notify: false' },
+  { name: 'no-notify-no-open-key-idx', notify: false, withoutIndex: '_open_key_idx', what: 'diagnostic: (c) without the index of open rows by key (migration 008)' },
   { name: 'notify+listener', notify: true, listener: true, what: '(b) with an idle LISTEN connection (no relay)' },
   { name: 'notify+relay', notify: true, relay: true, what: '(b) with a LISTENing relay draining to no-op' },
   { name: 'no-notify+relay', notify: false, relay: true, what: '(c) with a polling relay draining to no-op' },
@@ -178,6 +181,19 @@ async function runPostgresJs(
 }
 
 async function runMode(bench: Bench, mode: Mode): Promise<RunResult> {
+  if (mode.withoutIndex === undefined) return runModeAsIs(bench, mode);
+  const index = `"${bench.schema}"."${bench.names.table}${mode.withoutIndex}"`;
+  const [row] = await bench.sql<{ def: string }>(`SELECT pg_get_indexdef($1::regclass) AS def`, [index]);
+  const def = row!.def;
+  await bench.sql(`DROP INDEX ${index}`);
+  try {
+    return await runModeAsIs(bench, mode);
+  } finally {
+    await bench.sql(def);
+  }
+}
+
+async function runModeAsIs(bench: Bench, mode: Mode): Promise<RunResult> {
   await resetAll(bench);
   const outbox: Outbox | undefined = mode.notify === undefined ? undefined : benchOutbox(bench, mode.notify);
   let listener: pg.Client | undefined;

@@ -60,7 +60,7 @@ const CLAIM_EVENTS = envInt('BENCH_CLAIM_EVENTS', 200);
  * latency is not: each event needs one claim that finds it and one that comes back empty;
  * anything above 2 is claims of lanes woken for nothing.
  */
-async function claimsPerEvent(bench: Bench, wake: 'notify' | 'wal'): Promise<{ perEvent: number; empty: number; acked: number }> {
+async function claimsPerEvent(bench: Bench, wake: 'notify' | 'wal'): Promise<{ perEvent: number; empty: number; acked: number; ordinary: number; bySeq: number; skipped: number }> {
   await resetOutbox(bench);
   await settle(bench);
   const connection = pgConnection({ connectionString: DATABASE_URL, maxConnections: 4 });
@@ -72,6 +72,7 @@ async function claimsPerEvent(bench: Bench, wake: 'notify' | 'wal'): Promise<{ p
   while (wake === 'wal' && (await inner.wakeStatus()).mode !== 'wal') await new Promise((r) => setTimeout(r, 20));
   await new Promise((r) => setTimeout(r, 300));
   const before = trace.claimCounts();
+  const statsBefore = inner.claimStats();
   const outbox = benchOutbox(bench, wake === 'notify');
   const c = new pg.Client({ connectionString: DATABASE_URL });
   await c.connect();
@@ -85,10 +86,18 @@ async function claimsPerEvent(bench: Bench, wake: 'notify' | 'wal'): Promise<{ p
   while (acked < CLAIM_EVENTS && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
   await new Promise((r) => setTimeout(r, 300));
   const after = trace.claimCounts();
+  const stats = inner.claimStats();
   await c.end();
   await relay.stop();
   await connection.close();
-  return { perEvent: (after.claims - before.claims) / CLAIM_EVENTS, empty: after.empty - before.empty, acked };
+  return {
+    perEvent: (after.claims - before.claims) / CLAIM_EVENTS,
+    empty: after.empty - before.empty,
+    acked,
+    ordinary: (stats.ordinary - statsBefore.ordinary) / CLAIM_EVENTS,
+    bySeq: (stats.bySeq - statsBefore.bySeq) / CLAIM_EVENTS,
+    skipped: (stats.skipped - statsBefore.skipped) / CLAIM_EVENTS,
+  };
 }
 
 /** CPU ms (user + system) of one process, from /proc; 0 once it is gone. */
@@ -191,8 +200,8 @@ await withBench('wal', async (bench) => {
     const claimRows: string[][] = [];
     for (const wake of SECTIONS.has('claims') ? MODES : []) {
       const r = await claimsPerEvent(bench, wake);
-      log(`claims per event, ${wake}, woken only (polling off, ${CLAIM_EVENTS} single-event commits 20 ms apart, 2 lanes): ${r.perEvent.toFixed(2)} (${fmtInt(r.empty)} empty; ${r.acked}/${CLAIM_EVENTS} published)`);
-      claimRows.push([wake, r.perEvent.toFixed(2), fmtInt(r.empty), `${r.acked}/${CLAIM_EVENTS}`]);
+      log(`claims per event, ${wake}, woken only (polling off, ${CLAIM_EVENTS} single-event commits 20 ms apart, 2 lanes): ${r.perEvent.toFixed(2)} (${fmtInt(r.empty)} empty; ${r.acked}/${CLAIM_EVENTS} published); queries per event: ordinary ${r.ordinary.toFixed(2)}, by seq ${r.bySeq.toFixed(2)} (answered without a query ${r.skipped.toFixed(2)})`);
+      claimRows.push([wake, r.perEvent.toFixed(2), fmtInt(r.empty), r.ordinary.toFixed(2), r.bySeq.toFixed(2), r.skipped.toFixed(2), `${r.acked}/${CLAIM_EVENTS}`]);
     }
     const producer: Record<string, number[]> = { notify: [], wal: [] };
     for (let round = 0; round < (SECTIONS.has('producer') ? ROUNDS : 0); round++) {
@@ -232,7 +241,7 @@ await withBench('wal', async (bench) => {
     console.log('');
     if (latency.length > 0) printTable(['wake', 'rate/s', 'achieved/s', 'acked/produced', `p50 ms (WAL target <= ${TARGET.p50Ms})`, 'p90 ms', `p99 ms (WAL target <= ${TARGET.p99Ms})`, 'max ms'], latency);
     console.log('');
-    if (claimRows.length > 0) printTable(['wake', 'claims per event (2 = none wasted)', 'empty claims', 'published'], claimRows);
+    if (claimRows.length > 0) printTable(['wake', 'claim calls per event', 'empty', 'ordinary claim queries per event', 'claims by seq per event', 'answered without a query', 'published'], claimRows);
     console.log('');
     if (producer.notify!.length > 0) printTable(['wake', ...Array.from({ length: ROUNDS }, (_, i) => `round ${i + 1} tx/s`), 'median tx/s'], MODES.map((m) => [m, ...producer[m]!.map(fmtInt), fmtInt(median(producer[m]!))]));
     console.log('');

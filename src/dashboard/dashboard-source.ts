@@ -95,7 +95,7 @@ export interface DashboardIds {
 /** What the dashboard reads and does on the outbox. */
 export interface DashboardOutboxSource {
   status(): Promise<DashboardOutboxStatus>;
-  /** Destinations down; optional: a store whose relays record no circuits (MySQL) leaves it out and none are shown. */
+  /** Destinations down; optional: a store whose relays record no circuits leaves it out and none are shown. */
   circuits?(): Promise<readonly DashboardCircuit[]>;
   listParked(options: { limit?: number; includePayload?: boolean }): Promise<readonly DashboardParkedEvent[]>;
   /** Events published in the last `seconds` per destination, for the publish-rate chart. */

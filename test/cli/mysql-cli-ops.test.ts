@@ -338,7 +338,7 @@ describe('txbox inbox, prune and dashboard on MySQL/MariaDB', { concurrency: tru
       };
       assert.equal(body.snapshot.error, null);
       assert.deepEqual(body.snapshot.status.destinations.map((d) => [d.destination, d.pending, d.parked]), [['orders', 1, 3]]);
-      assert.deepEqual(body.snapshot.circuits, [], 'no circuits on MySQL');
+      assert.deepEqual(body.snapshot.circuits, [], 'no circuit open (no relay ran)');
       assert.deepEqual(body.snapshot.parked.map((p) => p.id), ids);
       assert.ok(body.snapshot.parked.every((p) => p.parkedAt === null && p.lastError === 'HTTP 400' && !('payload' in p)));
       assert.doesNotMatch(state.body, /card-1/, 'no payloads unless --show-payloads');

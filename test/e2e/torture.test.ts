@@ -3,8 +3,8 @@
  * and 20 relay kills on PostgreSQL, over HTTP and over NATS JetStream, with
  * and without --inbox (four runs), each asserting exit code 0 and the
  * summary's zero counts; two short --inbox runs over Kafka and RabbitMQ (the
- * RabbitMQ one has the broker close the observer's connection mid-run); plus
- * a small PGlite run and the flag errors. The
+ * RabbitMQ one has the broker close the observer's connection mid-run); a
+ * short HTTP run in the WAL wake mode; plus a small PGlite run and the flag errors. The
  * relays are real `txbox relay` processes killed with SIGKILL, paused with
  * SIGSTOP past their lease and cut off with pg_terminate_backend.
  */
@@ -152,6 +152,13 @@ describe('txbox torture', { timeout: 1_800_000 }, () => {
     }
   });
 
+  it('PostgreSQL over HTTP in the WAL wake mode (claims by seq): 5000 events, 8 kills, nothing lost, phantom or reordered', { timeout: 300_000 }, async () => {
+    const r = await runCli(['torture', '--database-url', DATABASE_URL, '--transport', 'http', '--wake', 'wal', '--events', '5000', '--kills', '8'], {}, 290_000);
+    assert.equal(r.code, 0, `${r.stdout}\n${r.stderr.slice(-3000)}`);
+    assert.match(r.stdout, /WAL wake mode/);
+    assertClean(r.stdout, false, '5000', '8');
+  });
+
   it('runs on embedded PGlite with in-process relays killed by abort()', { timeout: 300_000 }, async () => {
     const r = await runCli(['torture', '--events', '1500', '--kills', '4', '--seed', '11'], {}, 290_000);
     assert.equal(r.code, 0, `${r.stdout}\n${r.stderr.slice(-3000)}`);
@@ -168,6 +175,8 @@ describe('txbox torture', { timeout: 1_800_000 }, () => {
       [['--transport', 'carrier-pigeon'], /--transport: unknown "carrier-pigeon"; choose one of http, nats, redis, kafka, rabbitmq/],
       [['--events', '0'], /--events: must be an integer from 1/],
       [['--inbox'], /--inbox: needs PostgreSQL/],
+      [['--wake', 'wal'], /--wake wal: needs PostgreSQL with wal_level=logical/],
+      [['--wake', 'listen', '--database-url', DATABASE_URL], /--wake listen: choose notify .* or wal/],
     ];
     for (const [flags, message] of cases) {
       const r = await runCli(['torture', ...flags]);

@@ -5,11 +5,12 @@
  */
 import pg from 'pg';
 import type { SqlExecutor } from 'txbox';
-import { PostgresAdmin, PostgresInboxAdmin, PostgresInboxStore, PostgresOutboxStore, PostgresRelayStore, applyVersioned, inboxNames, migrateInbox } from 'txbox/postgres';
+import { dropPublication, postgresNames, PostgresAdmin, PostgresInboxAdmin, PostgresInboxStore, PostgresOutboxStore, PostgresRelayStore, applyVersioned, inboxNames, migrateInbox } from 'txbox/postgres';
 import type { StoreConformanceNamespace } from 'txbox/testing/conformance';
 import { DATABASE_URL, openDb } from './databases.ts';
 
-export async function openPostgresNamespace(kind: 'postgres' | 'pglite'): Promise<StoreConformanceNamespace<SqlExecutor>> {
+/** `wake: 'wal'`: the relay stores follow the outbox through a replication slot (PostgreSQL only; the publication is dropped at close). */
+export async function openPostgresNamespace(kind: 'postgres' | 'pglite', options: { wake?: 'notify' | 'wal' } = {}): Promise<StoreConformanceNamespace<SqlExecutor>> {
   const db = await openDb(kind);
   const { schema, connection } = db;
   await migrateInbox(connection, inboxNames({ schema }));
@@ -19,8 +20,8 @@ export async function openPostgresNamespace(kind: 'postgres' | 'pglite'): Promis
   const inboxAdmin = new PostgresInboxAdmin(connection, { schema });
   const open: pg.Client[] = [];
   return {
-    outboxStore: new PostgresOutboxStore({ schema }),
-    relayStore: () => new PostgresRelayStore({ schema, connection }),
+    outboxStore: new PostgresOutboxStore({ schema, notify: options.wake !== 'wal' }),
+    relayStore: () => new PostgresRelayStore({ schema, connection, wake: options.wake ?? 'notify' }),
     inboxStore: new PostgresInboxStore({ connection, schema }),
     transaction: (fn) => db.transaction(fn),
     ...(kind === 'postgres'
@@ -68,6 +69,7 @@ export async function openPostgresNamespace(kind: 'postgres' | 'pglite'): Promis
     retryDead: (consumer) => inboxAdmin.retryDead({ all: true, consumer }, 'conformance'),
     async close() {
       await Promise.all(open.map((c) => c.end().catch(() => {})));
+      if (options.wake === 'wal') await dropPublication(connection, postgresNames({ schema })).catch(() => {});
       await db.close();
     },
   };

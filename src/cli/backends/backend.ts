@@ -14,7 +14,7 @@ import { CliError } from '../cli-error.ts';
 import type { OpenDatabase } from '../database.ts';
 import type { DestinationCircuit, OutboxStatus, ParkedEvent, ParkedSelector, ReplayFilter } from '../../stores/postgres/postgres-admin.ts';
 import type { WalSlotStatus } from '../../stores/postgres/postgres-wal.ts';
-import type { MysqlOutboxStatus, MysqlParkedEvent } from '../../stores/mysql/mysql-admin.ts';
+import type { MysqlDestinationCircuit, MysqlOutboxStatus, MysqlParkedEvent } from '../../stores/mysql/mysql-admin.ts';
 import type { DashboardInboxSource, DashboardOutboxSource } from '../../dashboard/dashboard-source.ts';
 import type { FirestoreParkedEvent } from '../../stores/firestore/firestore-admin.ts';
 import type { FirestoreNames } from '../../stores/firestore/firestore-names.ts';
@@ -24,10 +24,10 @@ import type { FirestoreLocation } from './firestore-url.ts';
 
 export type StoreKind = 'postgres' | 'mysql' | 'firestore';
 
-/** What `txbox status` shows: PostgreSQL adds circuits and WAL slots; MySQL records neither. */
+/** What `txbox status` shows: both add the relays' open circuits; PostgreSQL adds WAL slots. */
 export type StatusReport =
   | { readonly store: 'postgres'; readonly status: OutboxStatus; readonly circuits: DestinationCircuit[]; readonly slots: WalSlotStatus[] }
-  | { readonly store: 'mysql'; readonly status: MysqlOutboxStatus }
+  | { readonly store: 'mysql'; readonly status: MysqlOutboxStatus; readonly circuits: MysqlDestinationCircuit[] }
   | { readonly store: 'firestore'; readonly status: FirestoreOutboxStatus };
 
 /** Parked events and replay, on either store. */
@@ -154,8 +154,9 @@ export async function printInboxMigrationsFor(config: CliConfig, table: string):
 }
 
 /**
- * Refuses, on MySQL, a setting that only PostgreSQL has, naming where it
- * was set (`--wake`, `TXBOX_SCHEMA`, the config file's field) and what to do.
+ * Refuses, on MySQL or Firestore, a setting that only PostgreSQL has (on
+ * Firestore also --delete-on-publish), naming where it was set (`--wake`,
+ * `TXBOX_SCHEMA`, the config file's field) and what to do.
  */
 export function refusePostgresOnly(config: CliConfig, settings: readonly ('schema' | 'wake' | 'deleteOnPublish')[]): void {
   if (storeOf(config.databaseUrl) === 'firestore') return refuseOnFirestore(config, settings);
@@ -167,9 +168,6 @@ export function refusePostgresOnly(config: CliConfig, settings: readonly ('schem
     }
     if (setting === 'wake' && s.wake !== undefined) {
       throw new CliError(`${s.wake}: the wake modes (LISTEN/NOTIFY, WAL) are PostgreSQL's; a relay on MySQL wakes by polling (tune it with --poll-interval-ms)`);
-    }
-    if (setting === 'deleteOnPublish' && config.relay.deleteOnPublish) {
-      throw new CliError(`--delete-on-publish (or relay.deleteOnPublish in the config file): not supported on MySQL yet; published rows are kept and removed by retention (--keep-published, e.g. 1h)`);
     }
   }
 }

@@ -1,7 +1,8 @@
 /**
  * The CLI's MySQL / MariaDB backend (mysql:// or mariadb:// URLs): the
  * tables live in the database the URL names, `--table` is their prefix.
- * Relays wake by polling; there are no circuits, WAL slots or schemas.
+ * Relays wake by polling and record their open circuits; there are no WAL
+ * slots or schemas.
  */
 import { ConfigError, SchemaError } from '../../core/errors.ts';
 import { CliError, EXIT, configMessage, redactUrl } from '../cli-error.ts';
@@ -88,8 +89,11 @@ function backend(connection: MysqlConnection, n: MysqlNames, config: CliConfig):
     outbox: n.outbox,
     postgres: undefined,
     migrate: () => migrateMysql(connection, n),
-    relayStore: () => new MysqlRelayStore({ connection, table: config.table }),
-    status: async () => ({ store: 'mysql', status: await admin.status() }),
+    relayStore: ({ deleteOnPublish }) => new MysqlRelayStore({ connection, table: config.table, deleteOnPublish }),
+    status: async () => {
+      const [status, circuits] = await Promise.all([admin.status(), admin.circuits()]);
+      return { store: 'mysql', status, circuits };
+    },
     admin: (): CliAdmin => admin,
     close: () => connection.close(),
     prune: (olderThanMs, batchSize, onProgress) => admin.prune(olderThanMs, batchSize, onProgress),

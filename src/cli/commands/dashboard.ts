@@ -20,8 +20,8 @@ discard) and held events (retry), updated live. Every action is written to
 the audit table with the actor dashboard:<token name>@<address>.
 
 On MySQL or MariaDB (a mysql:// or mariadb:// database URL) it shows the same
-sections, except destinations down (relays on MySQL record no circuits); the
-parked events' "parked at" is empty (the table records no park time).
+sections; the parked events' "parked at" is empty (the table records no park
+time).
 
 Options:
   --port N             port to listen on (default 8090; 0 picks a free one)

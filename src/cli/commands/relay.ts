@@ -27,12 +27,12 @@ Its database connections show as "txbox relay <id>" in pg_stat_activity
 (unless the database URL sets application_name).
 
 On MySQL or MariaDB (a mysql:// or mariadb:// database URL) it wakes by
-polling (--poll-interval-ms; MySQL has no LISTEN/NOTIFY); --wake, --schema
-and --delete-on-publish are PostgreSQL's and are refused there.
+polling (--poll-interval-ms; MySQL has no LISTEN/NOTIFY); --wake and
+--schema are PostgreSQL's and are refused there.
 On Firestore (firestore://PROJECT_ID[/DATABASE_ID]; --table names the outbox
 collection, default txbox_outbox) it wakes by a snapshot listener on the
 newest pending event, with polling as the fallback; --wake, --schema and
---delete-on-publish are refused there too. Deploy the indexes first (txbox
+--delete-on-publish are refused there. Deploy the indexes first (txbox
 migrate says which).
 
 Options:

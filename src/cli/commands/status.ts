@@ -3,7 +3,7 @@ import { openBackend, refusePostgresOnly, type StatusReport } from '../backends/
 import { fmt } from '../progress.ts';
 import { renderSlots } from './wal.ts';
 import type { DestinationCircuit, DestinationStatus, OutboxStatus, RelayStatus } from '../../stores/postgres/postgres-admin.ts';
-import type { MysqlOutboxStatus } from '../../stores/mysql/mysql-admin.ts';
+import type { MysqlDestinationCircuit, MysqlOutboxStatus } from '../../stores/mysql/mysql-admin.ts';
 import type { FirestoreOutboxStatus } from '../../stores/firestore/firestore-status.ts';
 
 export const statusCommand: Command = {
@@ -25,8 +25,8 @@ with their lag (the WAL each keeps, and when its relay last confirmed).
 On MySQL or MariaDB (a mysql:// or mariadb:// database URL) it shows the
 same backlog, parked and relay sections; the oldest pending age is by the
 events' occurredAt, the table line has MySQL's size and row estimate, and
-there are no WAL slots. Relays on MySQL do not record their circuits, so
-destinations down are not shown there.
+there are no WAL slots. Destinations down are shown as on PostgreSQL (each
+relay records its open circuits at every heartbeat).
 
 On Firestore (a firestore://PROJECT_ID[/DATABASE_ID] database URL) it shows
 the same backlog, parked and relay sections, counted with aggregation
@@ -49,9 +49,12 @@ Exit code 0 when the database answered, whatever the backlog.`,
   },
 };
 
-/** The status as text or JSON: PostgreSQL's with circuits and WAL slots; MySQL's without them (it records neither). */
+/** The status as text or JSON, with the destinations down (open circuits); PostgreSQL's adds WAL slots. */
 export function renderReport(table: string, report: StatusReport, json: boolean): string {
-  if (report.store === 'mysql') return json ? JSON.stringify(report.status, null, 2) : renderStatus(table, report.status);
+  if (report.store === 'mysql') {
+    const { status, circuits } = report;
+    return json ? JSON.stringify({ ...status, circuits }, null, 2) : `${renderStatus(table, status)}\n${renderCircuits(circuits)}`;
+  }
   if (report.store === 'firestore') return json ? JSON.stringify(report.status, null, 2) : renderFirestoreStatus(table, report.status);
   const { status, circuits, slots } = report;
   return json
@@ -114,7 +117,7 @@ function renderTable(t: OutboxStatus['table'] | MysqlOutboxStatus['table']): str
 }
 
 /** Destinations down: one line per (destination, relay) circuit open, from the relays' heartbeats. */
-export function renderCircuits(circuits: readonly DestinationCircuit[]): string {
+export function renderCircuits(circuits: readonly (DestinationCircuit | MysqlDestinationCircuit)[]): string {
   if (circuits.length === 0) return 'destinations down: none (no circuit open)';
   const lines = ['destinations down (circuit open: events wait pending, in order, attempts not counted):'];
   for (const c of circuits) {

@@ -44,6 +44,9 @@ Options:
                          last committed version (every transport; PostgreSQL only)
   --consumers N          consumer processes with --inbox (default 2)
   --lease-ttl DUR        the relays' lease (default 2s)
+  --wake MODE            notify (default) or wal: the relays follow the outbox through a
+                         replication slot and producers send no NOTIFY (PostgreSQL with
+                         wal_level=logical; docs/wal.md)
   --drain-timeout DUR    how long to wait for the last deliveries (default 2m)
   --seed N               seed of the run's random choices (printed; replays the choices)
   --keep                 keep the run's schema (printed) instead of dropping it`,
@@ -61,12 +64,13 @@ Options:
     inbox: { type: 'boolean' },
     consumers: { type: 'string' },
     'lease-ttl': { type: 'string' },
+    wake: { type: 'string' },
     'drain-timeout': { type: 'string' },
     seed: { type: 'string' },
     keep: { type: 'boolean' },
   },
   async run({ flags, config, out, signal }) {
-    const options = resolveTortureOptions(flags, config.databaseUrl);
+    const options = resolveTortureOptions(flags, config.databaseUrl, config.relay.wake);
     const progress = new Progress(process.stderr, 2000);
     const report = await runTorture(options, { onProgress: (line) => progress.update(line), onStart: (line) => progress.update(line, true), signal });
     progress.done();

@@ -43,6 +43,8 @@ export interface ProducerOptions {
   readonly rollbackRate: number;
   /** Keep one transaction open 0.5-3 s at a time (off on PGlite, whose single connection would stall everyone). */
   readonly longTransactions: boolean;
+  /** Send NOTIFY with the inserts (off for relays in the WAL wake mode). */
+  readonly notify: boolean;
   readonly seed: number;
   readonly stopped: () => boolean;
 }
@@ -61,7 +63,7 @@ export function emptyLog(): CommittedLog {
 }
 
 export async function produce(o: ProducerOptions, log: CommittedLog): Promise<void> {
-  const outbox: Outbox = createOutbox({ store: new PostgresOutboxStore({ schema: o.schema }), events: TORTURE_EVENTS });
+  const outbox: Outbox = createOutbox({ store: new PostgresOutboxStore({ schema: o.schema, notify: o.notify }), events: TORTURE_EVENTS });
   const zipf = new Zipf(o.keys);
   let inFlight = 0;
   const more = (): boolean => log.committed + inFlight < o.events && !o.stopped();

@@ -17,6 +17,8 @@ export interface RelayTuning {
   readonly leaseTtlMs: number;
   readonly batchSize: number;
   readonly pollIntervalMs: number;
+  /** The relay processes' wake mode (`--wake`). */
+  readonly wake: 'notify' | 'wal';
 }
 
 export interface FleetMember {
@@ -105,7 +107,7 @@ export class ProcessRelayFleet implements RelayFleet {
     if (!entry) throw new Error('txbox torture: cannot find the txbox entry point to start relays');
     const child = spawn(
       process.execPath,
-      [...process.execArgv, entry, 'relay', '--relay-id', id, '--lease-ttl-ms', String(t.leaseTtlMs), '--batch-size', String(t.batchSize), '--poll-interval-ms', String(t.pollIntervalMs), '--keep-published', 'off'],
+      [...process.execArgv, entry, 'relay', '--relay-id', id, '--lease-ttl-ms', String(t.leaseTtlMs), '--batch-size', String(t.batchSize), '--poll-interval-ms', String(t.pollIntervalMs), '--keep-published', 'off', '--wake', t.wake],
       {
         env: { ...withoutTxbox(process.env), TXBOX_DATABASE_URL: url.toString(), TXBOX_SCHEMA: this.#o.schema, TXBOX_CONFIG: configPath, TXBOX_LOG_LEVEL: 'warn' },
         stdio: ['ignore', 'ignore', 'pipe'],

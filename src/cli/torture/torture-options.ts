@@ -32,6 +32,8 @@ export interface TortureOptions {
   /** Consumer processes at once with `inbox`. */
   readonly consumers: number;
   readonly leaseTtlMs: number;
+  /** How the relays wake: LISTEN/NOTIFY (producers notify) or the WAL wake mode (producers without NOTIFY; PostgreSQL with wal_level=logical). */
+  readonly wake: 'notify' | 'wal';
   /** How long to wait, after the producers and the faults stopped, for everything to arrive. */
   readonly drainTimeoutMs: number;
   readonly seed: number;
@@ -41,7 +43,8 @@ export interface TortureOptions {
 
 type Flags = Record<string, string | boolean | string[] | undefined>;
 
-export function resolveTortureOptions(flags: Flags, databaseUrl: string | undefined): TortureOptions {
+/** `wake`: the relays' wake mode as the CLI's configuration resolved it (--wake, TXBOX_WAKE, the config file; checked there). */
+export function resolveTortureOptions(flags: Flags, databaseUrl: string | undefined, wake: 'notify' | 'wal' = 'notify'): TortureOptions {
   const int = (name: string, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER): number => {
     const v = flags[name];
     if (v === undefined) return fallback;
@@ -82,6 +85,9 @@ export function resolveTortureOptions(flags: Flags, databaseUrl: string | undefi
   if (inbox && databaseUrl === undefined) {
     throw new CliError('--inbox: needs PostgreSQL (consumer processes share the database); pass --database-url or TXBOX_DATABASE_URL');
   }
+  if (wake === 'wal' && databaseUrl === undefined) {
+    throw new CliError('--wake wal: needs PostgreSQL with wal_level=logical (the relays follow a replication slot); pass --database-url or TXBOX_DATABASE_URL');
+  }
   return {
     events: int('events', 20_000, 1),
     keys: int('keys', 500, 1, 1_000_000),
@@ -96,6 +102,7 @@ export function resolveTortureOptions(flags: Flags, databaseUrl: string | undefi
     inbox,
     consumers: int('consumers', 2, 1, 8),
     leaseTtlMs: duration('lease-ttl', 2000),
+    wake,
     drainTimeoutMs: duration('drain-timeout', 120_000),
     seed,
     keep: flags.keep === true,

@@ -15,6 +15,7 @@ import type { PostgresConnection } from '../../stores/postgres/postgres-connecti
 import { migratePostgres } from '../../stores/postgres/postgres-migrations.ts';
 import { postgresNames } from '../../stores/postgres/postgres-sql.ts';
 import { pgConnection } from '../../stores/postgres/pg-connection.ts';
+import { dropPublication } from '../../stores/postgres/postgres-wal.ts';
 import { CliError, EXIT, redactUrl } from '../cli-error.ts';
 import type { DemoSink } from '../demo/demo-sink.ts';
 import { createObserver, inboxOnlyLabel, observerReconnects, observerRejections, observes } from './observer.ts';
@@ -114,7 +115,7 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
       // HTTP: the relays post to the consumer processes; the observer is then the consumers' applied table.
       if (o.transport === 'http') relayTransport = consumers.httpTransport();
     }
-    const tuning = { leaseTtlMs: o.leaseTtlMs, batchSize: 100, pollIntervalMs: 100 };
+    const tuning = { leaseTtlMs: o.leaseTtlMs, batchSize: 100, pollIntervalMs: 100, wake: o.wake };
     fleet =
       o.databaseUrl === undefined
         ? new InProcessRelayFleet(db, schema, run, () => observer.transport(), tuning)
@@ -207,7 +208,7 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
     }, 1000);
     try {
       await produce(
-        { db, schema, keys: o.keys, events: o.events, writers: o.writers, rollbackRate: o.rollbackRate, longTransactions: processes, seed: o.seed, stopped: () => io.signal.aborted || faultError !== null || performance.now() > deadline },
+        { db, schema, keys: o.keys, events: o.events, writers: o.writers, rollbackRate: o.rollbackRate, longTransactions: processes, notify: o.wake === 'notify', seed: o.seed, stopped: () => io.signal.aborted || faultError !== null || performance.now() > deadline },
         log,
       );
       producing = false;
@@ -247,7 +248,7 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
       return {
         database: label,
         transport: observing ? observer.name : inboxOnlyLabel(o.transport, observer, o.consumers),
-        relays: processes ? `${o.relays} txbox relay processes` : `${o.relays} in-process relays (PGlite)`,
+        relays: processes ? `${o.relays} txbox relay processes${o.wake === 'wal' ? ', WAL wake mode' : ''}` : `${o.relays} in-process relays (PGlite)`,
         seed: o.seed,
         schema,
         transactions: log.transactions,
@@ -354,7 +355,11 @@ async function openDatabase(o: TortureOptions, run: string, schema: string): Pro
       db,
       label: 'PostgreSQL',
       close: async (drop) => {
-        if (drop) await db.query(`DROP SCHEMA IF EXISTS "${drop}" CASCADE`).catch(() => {});
+        if (drop) {
+          // The WAL wake mode's relays created a publication on the outbox: it does not go with the schema.
+          await dropPublication(db, postgresNames({ schema: drop })).catch(() => {});
+          await db.query(`DROP SCHEMA IF EXISTS "${drop}" CASCADE`).catch(() => {});
+        }
         await db.close();
       },
     };

@@ -9,7 +9,7 @@
  * (docs/stores/mysql.md).
  */
 export { MysqlOutboxStore, type MysqlOutboxStoreOptions } from './mysql-outbox-store.ts';
-export { mysqlFromKysely, mysqlFromKnex } from './mysql-adapters.ts';
+export { mysqlFromKysely, mysqlFromKnex, mysqlFromDrizzle } from './mysql-adapters.ts';
 export { MysqlRelayStore, type MysqlRelayStoreOptions } from './mysql-relay-store.ts';
 export { MysqlAdmin } from './mysql-admin.ts';
 export { MysqlInboxStore, type MysqlInboxStoreOptions } from './mysql-inbox-store.ts';

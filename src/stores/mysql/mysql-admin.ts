@@ -16,6 +16,17 @@ export interface MysqlDestinationStatus {
   readonly blockedByParked: number;
 }
 
+/** A destination one live relay has paused (circuit open), from that relay's last heartbeat: as PostgresAdmin's DestinationCircuit. */
+export interface MysqlDestinationCircuit {
+  readonly destination: string;
+  readonly relayId: string;
+  /** The error that opened it: status or network error and the endpoint, never a payload. */
+  readonly reason: string;
+  readonly openSince: Date;
+  readonly nextProbeAt: Date;
+  readonly failedProbes: number;
+}
+
 /** A relay row, as PostgresAdmin's RelayStatus. */
 export interface MysqlRelayStatus {
   readonly relayId: string;
@@ -78,9 +89,10 @@ const marks = (k: number): string => Array.from({ length: k }, () => '?').join('
 const CHUNK = 1000;
 
 /**
- * Operator actions on a MySQL or MariaDB outbox table: status, parked
- * events and replay, each action audited. Used by the CLI. (Circuits, table
- * bloat and WAL slots are PostgreSQL's.)
+ * Operator actions on a MySQL or MariaDB outbox table: status, destinations
+ * down (the relays' open circuits), parked events and replay, each action
+ * audited. Used by the CLI and the dashboard. (Table bloat and WAL slots are
+ * PostgreSQL's.)
  */
 export class MysqlAdmin {
   readonly names: MysqlNames;
@@ -159,6 +171,35 @@ export class MysqlAdmin {
         heartbeatAgeSeconds: Math.max(0, num(r.age)),
       };
     });
+  }
+
+  /**
+   * Open circuits of live relays (heartbeat in the last minute, not left), by
+   * destination then relay: destinations down, whose events wait pending.
+   * Each relay writes its open circuits as JSON at every heartbeat.
+   */
+  async circuits(): Promise<MysqlDestinationCircuit[]> {
+    const rows = await this.db.query<{ relay_id: string; circuits: string | null }>(
+      `SELECT relay_id, CONCAT('', circuits) AS circuits FROM ${this.names.relays}
+       WHERE left_at IS NULL AND heartbeat_at > ${NOW} - INTERVAL 1 MINUTE AND circuits IS NOT NULL AND circuits <> '[]'`,
+    );
+    const out: MysqlDestinationCircuit[] = [];
+    for (const r of rows) {
+      const open = JSON.parse(r.circuits ?? '[]') as { destination?: unknown; reason?: unknown; openSince?: unknown; nextProbeAt?: unknown; failedProbes?: unknown }[];
+      for (const c of Array.isArray(open) ? open : []) {
+        out.push({
+          destination: String(c.destination),
+          relayId: String(r.relay_id),
+          reason: String(c.reason ?? ''),
+          openSince: new Date(String(c.openSince)),
+          nextProbeAt: new Date(String(c.nextProbeAt)),
+          failedProbes: num(c.failedProbes),
+        });
+      }
+    }
+    // As PostgreSQL's ORDER BY destination, relay_id (binary order, as the utf8mb4_bin columns compare).
+    const cmp = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
+    return out.sort((a, b) => cmp(a.destination, b.destination) || cmp(a.relayId, b.relayId));
   }
 
   async #publishedLastMinute(): Promise<number> {

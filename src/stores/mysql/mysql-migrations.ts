@@ -68,6 +68,11 @@ export function migrateMysql(connection: MysqlConnection, n: MysqlNames, lockTim
   return applyMigrations(connection, n, mysqlMigrations().map((m) => ({ name: m.name, sql: render(m.sql, n) })), lockTimeoutSeconds);
 }
 
+/** ER_DUP_FIELDNAME: the column exists. */
+const DUPLICATE_COLUMN = 1060;
+/** A statement that adds exactly one column and does nothing else (no comma outside parentheses, nested up to two deep, after ADD COLUMN). */
+const ADD_ONE_COLUMN = /^ALTER TABLE\s+\S+\s+ADD COLUMN\s+[a-z_][a-z0-9_]*\s+(?:[^,()]|\((?:[^()]|\([^()]*\))*\))*$/i;
+
 /** Applies the rendered `migrations` not yet recorded in `n.migrations`, holding GET_LOCK(`n.lockName`). */
 async function applyMigrations(connection: MysqlConnection, n: { readonly migrations: string; readonly lockName: string }, migrations: readonly MysqlMigration[], lockTimeoutSeconds: number): Promise<string[]> {
   return connection.withConnection(async (conn) => {
@@ -80,7 +85,15 @@ async function applyMigrations(connection: MysqlConnection, n: { readonly migrat
       const now: string[] = [];
       for (const m of migrations) {
         if (applied.has(m.name)) continue;
-        for (const statement of statements(m.sql)) await conn.query(statement);
+        for (const statement of statements(m.sql)) {
+          try {
+            await conn.query(statement);
+          } catch (err) {
+            // DDL commits on its own: a run that crashed after an ADD COLUMN and before recording the migration
+            // left the column there. MySQL 8 has no ADD COLUMN IF NOT EXISTS, so that column counts as added.
+            if (!((err as { errno?: unknown }).errno === DUPLICATE_COLUMN && ADD_ONE_COLUMN.test(statement))) throw err;
+          }
+        }
         await conn.query(`INSERT INTO ${n.migrations} (name, applied_at) VALUES (?, UTC_TIMESTAMP(6))`, [m.name]);
         now.push(m.name);
       }

@@ -4,7 +4,7 @@ import { insertEventsSql, mysqlNames, type MysqlNames, type MysqlNamesOptions } 
 
 export type MysqlOutboxStoreOptions = MysqlNamesOptions;
 
-/** Set by mysqlFromKysely / mysqlFromKnex on an executor that wraps no transaction (a Kysely or Knex instance). */
+/** Set by mysqlFromKysely / mysqlFromKnex / mysqlFromDrizzle on an executor that wraps no transaction (a Kysely or Knex instance, a Drizzle database). */
 const NOT_A_TRANSACTION = Symbol.for('txbox.notATransaction');
 
 /** `occurredAt` as DATETIME(6) text in UTC, whatever the session's time zone. */
@@ -40,7 +40,7 @@ export class MysqlOutboxStore implements OutboxStore<MysqlExecutor> {
     await tx.query(insertEventsSql(this.names, events.length), params);
   }
 
-  /** A mysql2 connection (not a pool: each query of a pool may run on another connection, in autocommit), or a Kysely/Knex transaction through `mysqlFromKysely` / `mysqlFromKnex`. */
+  /** A mysql2 connection (not a pool: each query of a pool may run on another connection, in autocommit), or a Kysely/Knex/Drizzle transaction through `mysqlFromKysely` / `mysqlFromKnex` / `mysqlFromDrizzle`. */
   checkTransaction(tx: unknown): TransactionProblem | undefined {
     const t = tx as { query?: unknown; getConnection?: unknown; release?: unknown; beginTransaction?: unknown };
     if (typeof t.query !== 'function' || typeof t.beginTransaction !== 'function') {

@@ -1,6 +1,6 @@
 import type { StoredEvent } from '../../core/envelope.ts';
 import { ConfigError } from '../../core/errors.ts';
-import type { BucketLease, ClaimOptions, Completion, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
+import type { BucketLease, ClaimOptions, Completion, OutboxGauges, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
 import type { MysqlConnection } from './mysql-connection.ts';
 import { deadlockRetry } from './mysql-errors.ts';
 import { claimSql, mysqlNames, NOW, type MysqlNames, type MysqlNamesOptions } from './mysql-sql.ts';
@@ -8,6 +8,12 @@ import { claimSql, mysqlNames, NOW, type MysqlNames, type MysqlNamesOptions } fr
 export interface MysqlRelayStoreOptions extends MysqlNamesOptions {
   /** The relay's own database handle (`mysqlConnection(...)`). Required. */
   readonly connection: MysqlConnection;
+  /**
+   * Delete rows when they are published instead of keeping them for
+   * `txbox replay` until retention removes them (the same fenced completion
+   * deletes the row rather than marking it). Default: false.
+   */
+  readonly deleteOnPublish?: boolean;
 }
 
 const BUCKETS = 256;
@@ -74,21 +80,27 @@ const marks = (k: number): string => Array.from({ length: k }, () => '?').join('
 export class MysqlRelayStore implements RelayStore {
   readonly names: MysqlNames;
   readonly #db: MysqlConnection;
+  readonly #deleteOnPublish: boolean;
 
   constructor(options: MysqlRelayStoreOptions) {
     if (!options?.connection || typeof options.connection.query !== 'function') throw new ConfigError('connection', 'is required: pass mysqlConnection({ uri }) or mysqlConnection({ pool })');
+    if (options.deleteOnPublish !== undefined && typeof options.deleteOnPublish !== 'boolean') {
+      throw new ConfigError('deleteOnPublish', `must be true or false, got ${JSON.stringify(options.deleteOnPublish)}`);
+    }
     this.names = mysqlNames(options);
     this.#db = options.connection;
+    this.#deleteOnPublish = options.deleteOnPublish ?? false;
   }
 
+  /** Records the relay's liveness and its open circuits (for `txbox status` and the dashboard: `MysqlAdmin.circuits`). */
   async heartbeat(relay: RelayHeartbeat, ttlMs: number) {
     const n = this.names;
     await this.#db.query(
-      `INSERT INTO ${n.relays} (relay_id, host, pid, in_flight, published_total, rate_per_minute, ttl_ms, heartbeat_at, left_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ${NOW}, NULL)
+      `INSERT INTO ${n.relays} (relay_id, host, pid, in_flight, published_total, rate_per_minute, ttl_ms, circuits, heartbeat_at, left_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ${NOW}, NULL)
        ON DUPLICATE KEY UPDATE host = VALUES(host), pid = VALUES(pid), in_flight = VALUES(in_flight), published_total = VALUES(published_total),
-         rate_per_minute = VALUES(rate_per_minute), ttl_ms = VALUES(ttl_ms), heartbeat_at = ${NOW}, left_at = NULL`,
-      [relay.relayId, relay.host, relay.pid, relay.inFlight, relay.publishedTotal, Math.round(relay.ratePerMinute), Math.round(ttlMs)],
+         rate_per_minute = VALUES(rate_per_minute), ttl_ms = VALUES(ttl_ms), circuits = VALUES(circuits), heartbeat_at = ${NOW}, left_at = NULL`,
+      [relay.relayId, relay.host, relay.pid, relay.inFlight, relay.publishedTotal, Math.round(relay.ratePerMinute), Math.round(ttlMs), JSON.stringify(relay.circuits ?? [])],
     );
     const [row] = await this.#db.query<{ live: string | number; next_ms: string | number | null }>(
       `SELECT (SELECT count(*) FROM ${n.relays} WHERE left_at IS NULL AND heartbeat_at + INTERVAL ttl_ms * 1000 MICROSECOND > ${NOW}) AS live,
@@ -174,8 +186,11 @@ export class MysqlRelayStore implements RelayStore {
       let count = 0;
       const published = completions.filter((c) => c.outcome === 'published' && passes(c)).map((c) => c.seq);
       if (published.length > 0) {
+        // The rows are locked (FOR UPDATE above) and passed the fence: mark them published, or delete them.
         const [r] = (await tx.query(
-          `UPDATE ${n.outbox} SET state = 'published', done_at = ${NOW}, attempts = attempts + 1, next_attempt_at = NULL WHERE seq IN (${marks(published.length)}) AND state = 'pending'`,
+          this.#deleteOnPublish
+            ? `DELETE FROM ${n.outbox} WHERE seq IN (${marks(published.length)}) AND state = 'pending'`
+            : `UPDATE ${n.outbox} SET state = 'published', done_at = ${NOW}, attempts = attempts + 1, next_attempt_at = NULL WHERE seq IN (${marks(published.length)}) AND state = 'pending'`,
           published,
         )) as unknown as [{ affectedRows: number }];
         count += r.affectedRows;
@@ -225,6 +240,37 @@ export class MysqlRelayStore implements RelayStore {
       `SELECT COALESCE(SUM(state = 'pending'), 0) AS pending, COALESCE(SUM(state = 'parked'), 0) AS parked FROM ${this.names.outbox}`,
     );
     return { pending: Number(r!.pending), parked: Number(r!.parked) };
+  }
+
+  /**
+   * Pending, parked and the oldest pending event's age per destination, and
+   * the relays alive (heartbeat within their lease TTL, by the server's UTC
+   * clock): one statement, for the metrics gauges (the relay caches it and
+   * reads it only when metrics are collected). The age is by `occurred_at`
+   * (the writer's clock: the table has no insert time), never below 0.
+   */
+  async outboxGauges(): Promise<OutboxGauges> {
+    const n = this.names;
+    const rows = await this.#db.query<{ destination: string | null; pending: string | number | null; parked: string | number | null; oldest: string | number | null; alive: string | number }>(
+      `SELECT d.destination, d.pending, d.parked, d.oldest, r.alive FROM
+         (SELECT count(*) AS alive FROM ${n.relays} WHERE left_at IS NULL AND heartbeat_at + INTERVAL ttl_ms * 1000 MICROSECOND > ${NOW}) r
+       LEFT JOIN (SELECT destination,
+           SUM(state = 'pending') AS pending,
+           SUM(state = 'parked') AS parked,
+           TIMESTAMPDIFF(MICROSECOND, MIN(IF(state = 'pending', occurred_at, NULL)), ${NOW}) / 1000000 AS oldest
+         FROM ${n.outbox} WHERE state IN ('pending', 'parked') GROUP BY destination) d ON 1 = 1`,
+    );
+    return {
+      relaysAlive: Number(rows[0]?.alive ?? 0),
+      destinations: rows
+        .filter((r) => r.destination !== null)
+        .map((r) => ({
+          destination: r.destination!,
+          pending: Number(r.pending ?? 0),
+          parked: Number(r.parked ?? 0),
+          oldestPendingSeconds: r.oldest === null ? 0 : Math.max(0, Number(r.oldest)),
+        })),
+    };
   }
 
   /** The connection is the caller's: `close()` of the connection ends it. */

@@ -5,12 +5,14 @@ import { scrubErrorText } from '../../core/error-text.ts';
 import type { BucketLease, ClaimOptions, Completion, OutboxGauges, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
 import { silentLogger, type Logger } from '../../core/logger.ts';
 import { PostgresWalWake } from './postgres-wal-wake.ts';
+import { WalClaimTargets } from './postgres-wal-targets.ts';
 import type { WalCommit } from './pg-wal-stream.ts';
 import { walSlots } from './postgres-wal.ts';
 import { pruneOnce } from './postgres-admin.ts';
 import type { PostgresConnection } from './postgres-connection.ts';
 import { statementName } from './prepared.ts';
 import {
+  claimSeqsSql,
   claimSql,
   completeSql,
   heartbeatSql,
@@ -49,6 +51,14 @@ export interface PostgresRelayStoreOptions extends PostgresNamesOptions {
    * the source of truth either way (docs/wal.md). Default: `notify`.
    */
   readonly wake?: 'notify' | 'wal';
+  /**
+   * WAL mode: a lane claims the rows commits announced by their seq while it
+   * has seen everything else in its buckets, and runs its ordinary claim at
+   * least this often under a steady stream of commits (and after every poll),
+   * for rows no commit announces: an operator's retry, or a backoff set by the
+   * relay that had the bucket before (docs/wal.md). Default: 1000 ms.
+   */
+  readonly walFullClaimEveryMs?: number;
   /** For the WAL mode's warnings. Default: silent. */
   readonly logger?: Logger;
   /**
@@ -133,6 +143,24 @@ function resolveReleaseHeldEveryMs(value: number | undefined): number {
   return value;
 }
 
+function resolveFullClaimEveryMs(value: number | undefined): number {
+  if (value === undefined) return 1000;
+  if (!Number.isSafeInteger(value) || value < 1) {
+    throw new ConfigError('walFullClaimEveryMs', `must be a whole number of milliseconds >= 1, got ${String(value)}`);
+  }
+  return value;
+}
+
+/** How the relay's claims ran (WAL mode: by seq, or answered without a query). */
+export interface ClaimStats {
+  /** Ordinary claims (`<table>_claim`). */
+  readonly ordinary: number;
+  /** Claims of announced rows by seq (`<table>_claim_seqs`, WAL mode). */
+  readonly bySeq: number;
+  /** Claims answered without a query: nothing announced, everything else seen (WAL mode). */
+  readonly skipped: number;
+}
+
 const OUTCOME_CODE = { published: 0, retry: 1, park: 2, defer: 3 } as const;
 
 /** The relay side of a PostgreSQL or PGlite outbox table. */
@@ -145,6 +173,7 @@ export class PostgresRelayStore implements RelayStore {
     release: string;
     leave: string;
     claim: string;
+    claimSeqs: string;
     complete: string;
     hold: string;
     releaseHeld: string;
@@ -153,7 +182,7 @@ export class PostgresRelayStore implements RelayStore {
   /** The destinations whose parked events do not block, as the relay's claims give them. */
   #skip: readonly string[] = [];
   #releasedHeldAt = Number.NEGATIVE_INFINITY;
-  readonly #names: { claim: string };
+  readonly #names: { claim: string; claimSeqs: string };
   readonly #waiters = new Set<Waiter>();
   #unlisten: (() => Promise<void>) | undefined;
   #listening: Promise<void> | undefined;
@@ -175,7 +204,11 @@ export class PostgresRelayStore implements RelayStore {
   readonly #wal: PostgresWalWake | undefined;
   /** Per bucket: a WAL commit woke the relay and no claim of that bucket has returned rows since. */
   readonly #recheck = new Uint8Array(256);
+  /** WAL mode: the announced rows a lane may claim by seq (undefined: ordinary claims only). */
+  #targets: WalClaimTargets | undefined;
+  readonly #logger: Logger;
   #relayId = 'relay';
+  #stats = { ordinary: 0, bySeq: 0, skipped: 0 };
 
   constructor(options: PostgresRelayStoreOptions) {
     this.names = postgresNames(options);
@@ -183,15 +216,22 @@ export class PostgresRelayStore implements RelayStore {
     if (options.wake !== undefined && options.wake !== 'notify' && options.wake !== 'wal') {
       throw new ConfigError('wake', `must be 'notify' or 'wal', got ${JSON.stringify(options.wake)}`);
     }
+    this.#logger = options.logger ?? silentLogger;
     if (options.wake === 'wal') {
+      const targets = (this.#targets = new WalClaimTargets(resolveFullClaimEveryMs(options.walFullClaimEveryMs)));
       this.#wal = new PostgresWalWake({
         connection: this.#db,
         names: this.names,
-        logger: options.logger ?? silentLogger,
+        logger: this.#logger,
         relayId: () => this.#relayId,
-        onWake: (buckets) => {
-          if (buckets === null) this.#recheck.fill(1);
-          else for (const b of buckets) this.#recheck[b] = 1;
+        onWake: (buckets, seqs = null) => {
+          if (buckets === null) {
+            this.#recheck.fill(1);
+            targets.forgetAll();
+          } else {
+            for (const b of buckets) this.#recheck[b] = 1;
+            this.#announce(buckets, seqs);
+          }
           this.#notified(buckets);
         },
         onFallback: () => {
@@ -206,6 +246,7 @@ export class PostgresRelayStore implements RelayStore {
       release: releaseSql(this.names),
       leave: leaveSql(this.names),
       claim: claimSql(this.names),
+      claimSeqs: claimSeqsSql(this.names),
       complete: completeSql(this.names, options.deleteOnPublish ?? false),
       hold: holdSql(this.names),
       releaseHeld: releaseHeldSql(this.names),
@@ -214,7 +255,8 @@ export class PostgresRelayStore implements RelayStore {
     // The claim's outer statement (a call of the claim function, which plans its query per
     // call) runs prepared. The complete statement is planned per call: a generic plan cannot
     // see the batch size or the table's growth, and drained 20-40% slower (docs/performance-notes.md, finding 7).
-    this.#names = { claim: statementName(this.#sql.claim) };
+    // The claim by seq (WAL mode) calls a PL/pgSQL function, which keeps its plan for the session.
+    this.#names = { claim: statementName(this.#sql.claim), claimSeqs: statementName(this.#sql.claimSeqs) };
   }
 
   async heartbeat(relay: RelayHeartbeat, ttlMs: number) {
@@ -303,15 +345,71 @@ export class PostgresRelayStore implements RelayStore {
     const now = performance.now();
     if (now - this.#releasedHeldAt >= this.#releaseHeldEveryMs) {
       this.#releasedHeldAt = now;
-      await this.releaseHeld();
+      if ((await this.releaseHeld()) > 0) this.#targets?.forgetAll();
     }
-    const { rows } = await this.#db.query<EventRow>(this.#sql.claim, [
-      leases.map((l) => l.bucket),
-      options.limit,
-      options.skipParkedDestinations,
-    ], this.#names.claim);
-    if (rows.length > 0) for (const l of leases) this.#recheck[l.bucket] = 0;
-    return rows.map(rowToEvent);
+    const buckets = leases.map((l) => l.bucket);
+    // WAL mode, streaming: claim only the rows commits announced when nothing else can be waiting (postgres-wal-targets.ts).
+    const targets = this.#wal?.streaming ? this.#targets : undefined;
+    const plan = targets?.plan(leases, now);
+    if (plan?.kind === 'none') {
+      this.#stats.skipped++;
+      return [];
+    }
+    if (plan?.kind === 'seqs') {
+      this.#stats.bySeq++;
+      let rows: EventRow[];
+      try {
+        ({ rows } = await this.#db.query<EventRow>(this.#sql.claimSeqs, [plan.seqs, buckets, options.limit, options.skipParkedDestinations], this.#names.claimSeqs));
+      } catch (err) {
+        targets!.forget(buckets);
+        if ((err as { code?: unknown }).code !== '42883') throw err;
+        // undefined_function: the outbox was not migrated to version 8 yet. Ordinary claims only, as before it.
+        this.#targets = undefined;
+        this.#logger.warn({ outbox: this.names.outbox }, 'txbox relay: the WAL mode claims announced rows with a function of migration 008, which this outbox lacks; run txbox migrate (claiming as before meanwhile)');
+        return this.claim(leases, options);
+      }
+      const events = rows.map(rowToEvent);
+      const ordinaryNext = targets!.afterSeqs(leases, plan, events, options.limit);
+      if (rows.length > 0) for (const b of buckets) this.#recheck[b] = 0;
+      // Nothing to publish, and only the ordinary claim can tell what holds the rows back: run it now, not after a wait.
+      if (events.length > 0 || !ordinaryNext) return events;
+    }
+    this.#stats.ordinary++;
+    const { rows } = await this.#db.query<EventRow>(this.#sql.claim, [buckets, options.limit, options.skipParkedDestinations], this.#names.claim);
+    const events = rows.map(rowToEvent);
+    targets?.afterFull(leases, events, options.limit, now);
+    if (rows.length > 0) for (const b of buckets) this.#recheck[b] = 0;
+    return events;
+  }
+
+  /** How the claims ran so far (diagnostics: bench/wal.ts, tests). */
+  claimStats(): ClaimStats {
+    return { ...this.#stats };
+  }
+
+  /** WAL mode: a commit inserted rows with these seqs in these buckets; those of buckets this relay does not lease are no concern of its claims. */
+  #announce(buckets: readonly number[], seqs: readonly number[] | null): void {
+    const targets = this.#targets;
+    if (targets === undefined) return;
+    const held = this.#held;
+    if (held === null || seqs === null || seqs.length !== buckets.length) {
+      targets.announce(buckets, seqs);
+      return;
+    }
+    let mine = 0;
+    for (const b of buckets) mine += held[b]!;
+    if (mine === buckets.length) targets.announce(buckets, seqs);
+    else if (mine > 0) {
+      const bs: number[] = [];
+      const ss: number[] = [];
+      for (let i = 0; i < buckets.length; i++) {
+        if (held[buckets[i]!] === 1) {
+          bs.push(buckets[i]!);
+          ss.push(seqs[i]!);
+        }
+      }
+      targets.announce(bs, ss);
+    }
   }
 
   async complete(relayId: string, completions: readonly Completion[]) {
@@ -332,7 +430,13 @@ export class PostgresRelayStore implements RelayStore {
     }
     const params = [relayId, seqs, tokens, outcomes, delays, errors, routes];
     const failed = completions.filter((c) => c.outcome !== 'published').map((c) => c.seq);
-    const applied = (await this.#db.query<{ applied: number }>(this.#sql.complete, params)).rows[0]!.applied;
+    const { applied, released } = (await this.#db.query<{ applied: number; released: number }>(this.#sql.complete, params)).rows[0]!;
+    if (this.#targets !== undefined) {
+      // WAL mode: rows released from a hold, and retries or deferrals coming due, are not announced by the stream.
+      if (released > 0) this.#targets.forgetAll();
+      const now = performance.now();
+      for (const c of completions) if (c.outcome === 'retry' || c.outcome === 'defer') this.#targets.dueAt(now + c.delayMs);
+    }
     if (failed.length > 0) {
       // Holds the rows queued behind the events that now back off or park, after the
       // complete statement committed: at the start of an outage this can update many rows,
@@ -439,11 +543,19 @@ export class PostgresRelayStore implements RelayStore {
     }
     if (since !== undefined && this.wakeups(buckets) !== since) return;
     if (signal.aborted) return;
+    let poll = true;
     if (this.#wal?.streaming && this.#takeRecheck(buckets)) {
+      poll = false;
       // The walsender can decode a commit a moment before the committing backend
       // is visible to new snapshots: a claim right after the wake-up may miss its
       // rows. Look again once, 1 ms later, before waiting for the next one.
       timeoutMs = Math.min(timeoutMs, 1);
+    }
+    // WAL mode: a retry or deferral this relay recorded is not announced when it comes due; wake for it.
+    const due = this.#targets === undefined ? Number.POSITIVE_INFINITY : Math.ceil(this.#targets.dueInMs(performance.now()));
+    if (due < timeoutMs) {
+      timeoutMs = due;
+      poll = false;
     }
     let interest: Uint8Array | null = null;
     if (buckets !== undefined) {
@@ -461,7 +573,15 @@ export class PostgresRelayStore implements RelayStore {
         resolve();
       };
       const waiter: Waiter = { done, buckets: interest };
-      const timer = setTimeout(done, timeoutMs);
+      const timer = setTimeout(() => {
+        // A wait that ended by its timeout is the poll: the next claim is the ordinary one (WAL mode).
+        // Not the 1 ms second look above, nor a wait cut short for a retry coming due (that sets its own).
+        if (poll) {
+          if (buckets !== undefined) this.#targets?.forget(buckets);
+          else this.#targets?.forgetAll();
+        }
+        done();
+      }, timeoutMs);
       signal.addEventListener('abort', done, { once: true });
       this.#waiters.add(waiter);
     });

@@ -23,6 +23,8 @@ export interface PostgresNames {
   readonly migrations: string;
   readonly fenceSeq: string;
   readonly claimFn: string;
+  /** Claims announced rows by seq (migration 008, the WAL wake mode). */
+  readonly claimSeqsFn: string;
   /** Holds the rows queued behind new blockers (migration 005). */
   readonly holdFn: string;
   /** Releases rows held by rows that no longer block (migration 005). */
@@ -48,6 +50,7 @@ export function postgresNames(options: PostgresNamesOptions = {}, field = ''): P
     migrations: q('_migrations'),
     fenceSeq: q('_fence_seq'),
     claimFn: q('_claim'),
+    claimSeqsFn: q('_claim_seqs'),
     holdFn: q('_hold'),
     releaseHeldFn: q('_release_held'),
     channel: long.length <= 63 ? long : `txbox_${table}`,
@@ -169,6 +172,16 @@ export function claimSql(n: PostgresNames): string {
 }
 
 /**
+ * $1 seqs announced by the WAL stream, $2 buckets, $3 limit, $4 destinations
+ * whose parked events do not block: the rows of $1 the ordinary claim would
+ * return, and only while no earlier open row of their key is left out
+ * (migration 008).
+ */
+export function claimSeqsSql(n: PostgresNames): string {
+  return `SELECT ${EVENT_COLUMNS} FROM ${n.claimSeqsFn}($1::bigint[], $2::smallint[], $3::integer, $4::text[]) o`;
+}
+
+/**
  * $1 relay id, $2 seqs, $3 tokens, $4 outcomes (0 published, 1 retry, 2 park,
  * 3 defer: destination down, pending again after the delay without counting an attempt),
  * $5 retry delays ms, $6 errors, $7 routes acked (comma-joined). Fenced: applies only rows whose bucket the
@@ -225,7 +238,8 @@ export function completeSql(n: PostgresNames, deleteOnPublish: boolean): string 
 ), released AS (
   ${releaseHeldBy(n, `ARRAY(SELECT seq FROM published WHERE blocker)`, `AND h.seq <> ALL($2::bigint[])`)}
 )
-SELECT (SELECT count(*) FROM published)::int + (SELECT count(*) FROM failed)::int AS applied`;
+SELECT (SELECT count(*) FROM published)::int + (SELECT count(*) FROM failed)::int AS applied,
+  (SELECT count(*) FROM released)::int AS released`;
 }
 
 /**

@@ -12,10 +12,11 @@ export interface PostgresWalWakeOptions {
   /** Names the slot (reduced to what a slot name allows). */
   readonly relayId: () => string;
   /**
-   * A commit inserted outbox rows in these buckets, or (`null`) rows in buckets
-   * not known, or the stream (re)started and may have missed some.
+   * A commit inserted outbox rows in these buckets, with these seqs (same
+   * order; null when not read), or (`null` buckets) rows in buckets not known,
+   * or the stream (re)started and may have missed some.
    */
-  readonly onWake: (buckets: readonly number[] | null) => void;
+  readonly onWake: (buckets: readonly number[] | null, seqs?: readonly number[] | null) => void;
   /** Diagnostics (bench/wal.ts): each commit as the stream read it, before the wake-up. */
   readonly trace?: ((commit: WalCommit) => void) | undefined;
   /** The stream is not available (could not start, or was lost): wake another way until it is back. */
@@ -126,7 +127,7 @@ export class PostgresWalWake {
         publication: walNames(names).publication,
         onCommit: (commit) => {
           trace?.(commit);
-          onWake(routed && commit.keys ? commit.keys.map((k) => bucketOfKeyBytes(k)) : null);
+          onWake(routed && commit.keys ? commit.keys.map((k) => bucketOfKeyBytes(k)) : null, commit.seqs.length === commit.keys?.length ? commit.seqs : null);
         },
         onEnd: (err) => this.#down(err),
         signal: this.#closing.signal,
