@@ -66,7 +66,7 @@ async function setState(db: Firestore, ids: readonly string[], change: Record<st
   await batch.commit();
 }
 
-describe('txbox CLI on Firestore (emulator)', { concurrency: true, timeout: 120_000, skip }, () => {
+describe('txbox CLI on Firestore (emulator)', { concurrency: true, timeout: 300_000, skip }, () => {
   before(() => {
     process.env.FIRESTORE_EMULATOR_HOST ??= FIRESTORE_HOST;
   });
@@ -115,7 +115,8 @@ describe('txbox CLI on Firestore (emulator)', { concurrency: true, timeout: 120_
       runCli([...relayArgs, '--delete-on-publish'], envFor(url)),
       runCli(['status', '--table', 'x;drop'], envFor(url)),
       runCli(['wal', 'check'], envFor(url)),
-      runCli(['status'], envFor(url, { FIRESTORE_EMULATOR_HOST: '127.0.0.1:1' }), 60_000),
+      // The message comes after 10 s; the client's retrying read then holds the process for about as long again (more on a loaded machine).
+      runCli(['status'], envFor(url, { FIRESTORE_EMULATOR_HOST: '127.0.0.1:1' }), 150_000),
     ]);
     expectExit(noProject, 2, 'firestore:// without a project');
     assert.match(noProject.stderr, /TXBOX_DATABASE_URL: names no project; give firestore:\/\/PROJECT_ID or firestore:\/\/PROJECT_ID\/DATABASE_ID/);
@@ -157,13 +158,13 @@ describe('txbox CLI on Firestore (emulator)', { concurrency: true, timeout: 120_
         envFor(url, { TXBOX_WEBHOOK_SECRET: receiver.secret, TXBOX_LOG_LEVEL: 'info' }),
       );
       try {
-        await waitFor('the ready line', () => /txbox relay ready: relay=relay-fs-e2e buckets=\d+ transport=http/.test(relay.stdout()), 30_000);
+        await waitFor('the ready line', () => /txbox relay ready: relay=relay-fs-e2e buckets=\d+ transport=http/.test(relay.stdout()), 90_000);
         assert.match(relay.stderr(), /"msg":"txbox relay: Firestore store: idle relays wake by a snapshot listener on the newest pending event, and by polling","store":"firestore"/);
         await waitFor('the first events delivered', () => early.every((id) => receiver.arrivals.some((a) => a.id === id)), 30_000);
         // Written after the relay went idle, with a 30 s poll: only the listener can wake it in time.
         await new Promise((r) => setTimeout(r, 500));
         const late = await enqueue(db, events(Shipped, 3, 100));
-        await waitFor('late events delivered by the listener (the poll is 30 s)', () => late.every((id) => receiver.arrivals.some((a) => a.id === id)), 15_000);
+        await waitFor('late events delivered by the listener (the poll is 30 s)', () => late.every((id) => receiver.arrivals.some((a) => a.id === id)), 20_000);
         await waitFor('every event marked published', async () => (await db.collection('txbox_outbox').where('state', '==', 'published').count().get()).data().count === 23, 30_000);
         const held = await db.collection('txbox_outbox_buckets').where('owner', '==', 'relay-fs-e2e').count().get();
         assert.ok(held.data().count > 0, 'the running relay holds leases');
@@ -197,11 +198,12 @@ describe('txbox CLI on Firestore (emulator)', { concurrency: true, timeout: 120_
     await setState(db, [placed[4]!], { ts: Timestamp.fromMillis(Date.now() - 300_000) });
     await setState(db, [placed[5]!], { nextAttemptAt: Timestamp.fromMillis(Date.now() + 600_000), attempts: 1 });
     const relays = db.collection('txbox_outbox_relays');
-    await relays.doc('relay-alive').set({ host: 'host-a', pid: 4242, inFlight: 2, publishedTotal: 3, ratePerMinute: 3, ttlMs: 30_000, heartbeatAt: Timestamp.now(), leftAt: null });
+    // A long TTL and lease: on a loaded machine the setup alone can take longer than the usual 30 s.
+    await relays.doc('relay-alive').set({ host: 'host-a', pid: 4242, inFlight: 2, publishedTotal: 3, ratePerMinute: 3, ttlMs: 900_000, heartbeatAt: Timestamp.now(), leftAt: null });
     await relays.doc('relay-gone').set({ host: 'host-b', pid: 7, inFlight: 5, publishedTotal: 9, ratePerMinute: 0, ttlMs: 30_000, heartbeatAt: Timestamp.fromMillis(Date.now() - 600_000), leftAt: null });
     await relays.doc('relay-left').set({ host: 'host-c', pid: 8, inFlight: 0, publishedTotal: 1, ratePerMinute: 0, ttlMs: 30_000, heartbeatAt: Timestamp.fromMillis(Date.now() - 120_000), leftAt: Timestamp.fromMillis(Date.now() - 60_000) });
     const batch = db.batch();
-    for (let b = 0; b < 5; b++) batch.set(db.collection('txbox_outbox_buckets').doc(String(b)), { owner: 'relay-alive', token: 1, leaseUntil: Timestamp.fromMillis(Date.now() + 60_000) });
+    for (let b = 0; b < 5; b++) batch.set(db.collection('txbox_outbox_buckets').doc(String(b)), { owner: 'relay-alive', token: 1, leaseUntil: Timestamp.fromMillis(Date.now() + 900_000) });
     batch.set(db.collection('txbox_outbox_buckets').doc('9'), { owner: 'relay-gone', token: 1, leaseUntil: Timestamp.fromMillis(Date.now() - 60_000) });
     await batch.commit();
     assert.ok(behind);
@@ -212,9 +214,9 @@ describe('txbox CLI on Firestore (emulator)', { concurrency: true, timeout: 120_
     assert.match(text.stdout, /^outbox txbox_outbox \(project txbox-fscli-[0-9a-f]+, database \(default\) on the emulator at [\d.:]+\)$/m);
     assert.match(text.stdout, /pending 6 +in flight 2 +parked 3 +published last minute 3/);
     assert.match(text.stdout, /^items\s+4\s+0\s+2\s+1\s+[\d.]+s$/m, text.stdout);
-    assert.match(text.stdout, /^orders\s+2\s+1\s+1\s+0\s+5\.\dm$/m, `oldest pending of orders is about 5 minutes:\n${text.stdout}`);
+    assert.match(text.stdout, /^orders\s+2\s+1\s+1\s+0\s+[5-7]\.\dm$/m, `oldest pending of orders is about 5 minutes (more on a loaded machine):\n${text.stdout}`);
     assert.match(text.stdout, /^relay-alive\s+alive, heartbeat [\d.]+s ago\s+5\s+2\s+3$/m, text.stdout);
-    assert.match(text.stdout, /^relay-gone\s+expired 9\.\dm ago\s+0\s+-\s+-$/m, text.stdout);
+    assert.match(text.stdout, /^relay-gone\s+expired (9|10|11)\.\dm ago\s+0\s+-\s+-$/m, text.stdout);
     assert.match(text.stdout, /^relay-left\s+left [\d.]+s ago\s+0\s+-\s+-$/m, text.stdout);
     assert.match(text.stdout, /^collection txbox_outbox: 12 documents/m);
     assert.doesNotMatch(text.stdout, /autovacuum|replication slot|destinations down|InnoDB/, 'no SQL-only lines');
@@ -231,7 +233,7 @@ describe('txbox CLI on Firestore (emulator)', { concurrency: true, timeout: 120_
     const o = byDest.get('orders')!;
     const i = byDest.get('items')!;
     assert.deepEqual([o.pending, o.backingOff, o.parked, o.blockedByParked, i.pending, i.backingOff, i.parked, i.blockedByParked], [2, 1, 1, 0, 4, 0, 2, 1]);
-    assert.ok(o.oldestPendingSeconds! >= 299 && o.oldestPendingSeconds! < 400, `oldest pending ${o.oldestPendingSeconds}`);
+    assert.ok(o.oldestPendingSeconds! >= 299 && o.oldestPendingSeconds! < 480, `oldest pending ${o.oldestPendingSeconds}`);
     assert.deepEqual(
       status.relays.map((r) => [r.relayId, r.host, r.pid, r.alive, r.state, r.buckets]),
       [['relay-alive', 'host-a', 4242, true, 'alive', 5], ['relay-gone', 'host-b', 7, false, 'expired', 0], ['relay-left', 'host-c', 8, false, 'left', 0]],

@@ -45,12 +45,12 @@ it('`txbox demo --store firestore` verifies on the emulator, across relay crashe
   }
 });
 
-it('--store firestore without the emulator or a URL, with another store\'s URL, or --store mysql with a firestore:// URL exits 2 naming the flag; an emulator that does not answer exits 3', { skip, timeout: 120_000 }, async () => {
+it('--store firestore without the emulator or a URL, with another store\'s URL, or --store mysql with a firestore:// URL exits 2 naming the flag; an emulator that does not answer exits 3', { skip, timeout: 200_000 }, async () => {
   const [none, postgresUrl, mysqlFlag, unreachable] = await Promise.all([
     runCli(['demo', '--store', 'firestore', '--events', '10'], { FIRESTORE_EMULATOR_HOST: '' }),
     runCli(['demo', '--store', 'firestore', '--events', '10', '--database-url', 'postgres://app@127.0.0.1:5432/app']),
     runCli(['demo', '--store', 'mysql', '--events', '10', '--database-url', 'firestore://some-project']),
-    runCli(['demo', '--store', 'firestore', '--events', '10'], { FIRESTORE_EMULATOR_HOST: '127.0.0.1:1' }, 60_000),
+    runCli(['demo', '--store', 'firestore', '--events', '10'], { FIRESTORE_EMULATOR_HOST: '127.0.0.1:1' }, 150_000),
   ]);
   assert.equal(none.code, 2, none.stderr);
   assert.match(none.stderr, /--store firestore needs Firestore: set FIRESTORE_EMULATOR_HOST=127\.0\.0\.1:8086 to use the emulator .*or pass --database-url firestore:\/\/PROJECT_ID/);
