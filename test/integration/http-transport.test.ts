@@ -129,7 +129,8 @@ describe('HttpTransport', () => {
   it('sends each header once: a static header wins over the event header of that name, names differing in case are one header', async () => {
     const { server, transport } = await setup(answer(204), { headers: { 'X-Tenant': 'static' } });
     const e = event({ headers: { 'x-tenant': 'from-event', 'X-Trace': 'first', 'x-trace': 'second', 'x-other': 'o' } });
-    assert.deepEqual(await transport.publish([{ ...e, seq: 1, bucket: 0, attempts: 0 }], never), [{ ok: true }]);
+    const stored = { ...e, seq: 1, bucket: 0, attempts: 0 };
+    assert.deepEqual(await transport.publish([stored], never), [{ ok: true }]);
     const hit = server.hits[0]!;
     const h = hit.headers;
     assert.equal(h['x-tenant'], 'static');
