@@ -219,11 +219,12 @@ export class PublishCall {
   #dispatch(a: Attempt): void {
     const handler = new AttemptHandler(this, a);
     a.handler = handler;
-    const { timeoutMs } = this.#ctx.options;
     try {
       this.#ctx.dispatcher.dispatch(
-        // undici's own timeouts only back up the call's timer, which fires first (it started earlier).
-        { origin: a.target.origin, path: a.target.path, method: 'POST', headers: a.headers, body: a.body, headersTimeout: timeoutMs, bodyTimeout: timeoutMs },
+        // undici's own timeouts are off (0): the call's one timer bounds every request of the call,
+        // settles what has no answer and aborts its dispatch (#cancelAll); per-request timers on
+        // each connection would only repeat it, at a timer set and cleared per request.
+        { origin: a.target.origin, path: a.target.path, method: 'POST', headers: a.headers, body: a.body, headersTimeout: 0, bodyTimeout: 0 },
         handler,
       );
     } catch (err) {
