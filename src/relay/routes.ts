@@ -74,6 +74,10 @@ export async function publishToRoutes(
   routes: readonly ResolvedRoute[],
   call: (transport: Transport, events: StoredEvent[]) => Promise<PublishOutcome[]>,
 ): Promise<RoutedOutcome[]> {
+  const only = routes.length === 1 ? routes[0]! : undefined;
+  if (only !== undefined && only.destinations === null && only.types === null && wave.every((e) => !e.routesDone.includes(only.name))) {
+    return publishToOneRoute(wave, only, call);
+  }
   const acked: string[][] = wave.map(() => []);
   const errors: (TransportError | undefined)[] = wave.map(() => undefined);
   const routed = wave.map(() => false);
@@ -107,6 +111,33 @@ export async function publishToRoutes(
     const error = errors[i];
     return error ? { ok: false, acked: acked[i]!, error } : { ok: true, acked: acked[i]! };
   });
+}
+
+/**
+ * The usual case, one route for every event and none of them published to it
+ * yet: the same outcomes as the general path, without its per-event arrays
+ * (every acked event shares one frozen outcome).
+ */
+async function publishToOneRoute(
+  wave: readonly StoredEvent[],
+  route: ResolvedRoute,
+  call: (transport: Transport, events: StoredEvent[]) => Promise<PublishOutcome[]>,
+): Promise<RoutedOutcome[]> {
+  if (wave.length === 0) return [];
+  let outcomes: PublishOutcome[];
+  try {
+    outcomes = await call(route.transport, wave.slice());
+  } catch (err) {
+    const error = toTransportError(err);
+    outcomes = wave.map(() => ({ ok: false, error }));
+  }
+  const ackedOutcome: RoutedOutcome = Object.freeze({ ok: true, acked: Object.freeze([route.name]) });
+  const routed = new Array<RoutedOutcome>(wave.length);
+  for (let i = 0; i < wave.length; i++) {
+    const o = outcomes[i]!;
+    routed[i] = o.ok ? ackedOutcome : { ok: false, acked: [], error: o.error };
+  }
+  return routed;
 }
 
 function prefixed(route: string, e: TransportError): TransportError {

@@ -126,6 +126,22 @@ describe('HttpTransport', () => {
     assert.equal(body['occurredAt'], '2025-01-02T03:04:05.678Z');
   });
 
+  it('sends each header once: a static header wins over the event header of that name, names differing in case are one header', async () => {
+    const { server, transport } = await setup(answer(204), { headers: { 'X-Tenant': 'static' } });
+    const e = event({ headers: { 'x-tenant': 'from-event', 'X-Trace': 'first', 'x-trace': 'second', 'x-other': 'o' } });
+    const stored = { ...e, seq: 1, bucket: 0, attempts: 0 };
+    assert.deepEqual(await transport.publish([stored], never), [{ ok: true }]);
+    const hit = server.hits[0]!;
+    const h = hit.headers;
+    assert.equal(h['x-tenant'], 'static');
+    assert.equal(h['x-trace'], 'second', 'one header, the last value of the event');
+    assert.equal(h['x-other'], 'o');
+    assert.equal(h['user-agent'], 'txbox');
+    assert.equal(h['content-length'], String(hit.body.length));
+    const body = JSON.parse(hit.body.toString()) as { headers: Record<string, string> };
+    assert.deepEqual(body.headers, e.headers, 'the body keeps the event headers as they are');
+  });
+
   it('sends a stored payload text as it is, and the same body as serializing the payload', async () => {
     const { server, transport } = await setup(answer(204));
     const parsed = { z: 1, a: { q: 'line\u2028é' }, list: [1, 2.5, null] };

@@ -3,6 +3,7 @@ import { ConfigError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import { silentLogger } from '../../core/logger.ts';
 import type { PostgresConnection } from './postgres-connection.ts';
+import { preparedParams, relayTypes } from './pg-values.ts';
 
 export interface PgConnectionOptions {
   /** A `pg` Pool to use; txbox does not end it. Give this or `connectionString`. */
@@ -56,9 +57,17 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
   pool.on('error', (err) => logger.warn({ err: err.message }, 'txbox: idle database connection failed'));
   const listeners = new Set<pg.Client>();
 
+  // Array parameters go as the text pg would build for them (cheaper, the same bytes). On a pool
+  // txbox opened, rows are read with pg's parsers but an empty text[] without the array parser;
+  // a pool of yours keeps its own parsers (its clients may have set some).
+  const types = owned ? relayTypes() : undefined;
   return {
-    query: async <R>(text: string, params?: unknown[], name?: string) =>
-      (await (name === undefined ? pool.query(text, params) : pool.query({ name, text, values: params ?? [] }))) as unknown as { rows: R[] },
+    query: async <R>(text: string, params?: unknown[], name?: string) => {
+      const values = params === undefined ? [] : preparedParams(params);
+      const config: pg.QueryConfig = name === undefined ? { text, values } : { name, text, values };
+      if (types !== undefined) config.types = types as pg.CustomTypesConfig;
+      return (await pool.query(config)) as unknown as { rows: R[] };
+    },
     async transaction(fn) {
       const client = await pool.connect();
       try {

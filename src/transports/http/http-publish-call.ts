@@ -23,6 +23,28 @@ export interface HttpTarget {
   readonly path: string;
   /** `Basic ...` from the URL's userinfo, or null. Sent unless a static header sets `authorization`. */
   readonly authorization: string | null;
+  /**
+   * The headers every request to this endpoint carries, flattened once (`[name, value, ...]`): the
+   * static `headers` option, the URL's `authorization`, `content-type`, `ce-specversion` and `ce-source`.
+   */
+  readonly fixedHeaders: readonly string[];
+  /** Names in `fixedHeaders`: an event header of the same name is not forwarded (the static one wins). */
+  readonly fixedNames: ReadonlySet<string>;
+}
+
+/**
+ * The flattened headers that do not depend on the event, in the order the
+ * requests send them. `content-length` is not among them: undici writes it
+ * from the body's length, as the last header.
+ */
+export function fixedHeadersOf(staticHeaders: Readonly<Record<string, unknown>>, authorization: string | null, source: string): { headers: string[]; names: Set<string> } {
+  const headers: string[] = [];
+  for (const name of Object.keys(staticHeaders)) headers.push(name, String(staticHeaders[name]));
+  if (authorization !== null && staticHeaders['authorization'] === undefined) headers.push('authorization', authorization);
+  headers.push('content-type', 'application/json', 'ce-specversion', '1.0', 'ce-source', source);
+  const names = new Set<string>();
+  for (let i = 0; i < headers.length; i += 2) names.add(headers[i]!);
+  return { headers, names };
 }
 
 export interface PublishContext {
@@ -52,7 +74,8 @@ class Attempt {
     readonly index: number,
     readonly target: HttpTarget,
     readonly body: Buffer,
-    readonly headers: Record<string, string>,
+    /** Flattened: `[name, value, name, value, ...]`, as undici takes them without another pass. */
+    readonly headers: string[],
   ) {}
 }
 
@@ -178,7 +201,7 @@ export class PublishCall {
       return;
     }
     let body: Buffer;
-    let headers: Record<string, string>;
+    let headers: string[];
     try {
       const occurredAt = event.occurredAt.toISOString();
       body = Buffer.from(serializeEnvelope(event, occurredAt), 'utf8');
@@ -196,11 +219,12 @@ export class PublishCall {
   #dispatch(a: Attempt): void {
     const handler = new AttemptHandler(this, a);
     a.handler = handler;
-    const { timeoutMs } = this.#ctx.options;
     try {
       this.#ctx.dispatcher.dispatch(
-        // undici's own timeouts only back up the call's timer, which fires first (it started earlier).
-        { origin: a.target.origin, path: a.target.path, method: 'POST', headers: a.headers, body: a.body, headersTimeout: timeoutMs, bodyTimeout: timeoutMs },
+        // undici's own timeouts are off (0): the call's one timer bounds every request of the call,
+        // settles what has no answer and aborts its dispatch (#cancelAll); per-request timers on
+        // each connection would only repeat it, at a timer set and cleared per request.
+        { origin: a.target.origin, path: a.target.path, method: 'POST', headers: a.headers, body: a.body, headersTimeout: 0, bodyTimeout: 0 },
         handler,
       );
     } catch (err) {
@@ -261,34 +285,32 @@ export class PublishCall {
     return this.#ctx.targets.get(destination)?.endpoint.display ?? `destination ${JSON.stringify(destination)}`;
   }
 
-  #headers(event: OutboxEvent, target: HttpTarget, body: Buffer, timestamp: string, occurredAt: string): Record<string, string> {
+  #headers(event: OutboxEvent, target: HttpTarget, body: Buffer, timestamp: string, occurredAt: string): string[] {
     const o = this.#ctx.options;
-    const h: Record<string, string> = {};
+    const h: string[] = [];
     const eventHeaders = event.headers;
     if (eventHeaders) {
+      // Collected by name first: two names of one header in different case are one header, the last value wins.
+      let forwarded: Record<string, string> | undefined;
       for (const name in eventHeaders) {
         const lower = forwardableHeaderName(name);
         const value = eventHeaders[name];
-        if (lower !== null && isValidHeaderValue(value)) h[lower] = value;
+        if (lower !== null && isValidHeaderValue(value) && !target.fixedNames.has(lower)) (forwarded ??= {})[lower] = value;
       }
+      if (forwarded !== undefined) for (const name in forwarded) h.push(name, forwarded[name]!);
     }
-    Object.assign(h, o.headers);
-    if (target.authorization !== null && h['authorization'] === undefined) h['authorization'] = target.authorization;
-    h['content-type'] = 'application/json';
-    h['content-length'] = String(body.length);
-    h['ce-specversion'] = '1.0';
-    h['ce-id'] = ceHeaderValue(event.id);
-    h['ce-type'] = ceHeaderValue(event.type);
-    h['ce-source'] = o.source;
-    h['ce-subject'] = ceHeaderValue(`${event.aggregateType}:${event.aggregateId}`);
-    h['ce-time'] = occurredAt;
-    h['ce-partitionkey'] = ceHeaderValue(event.key);
+    const fixed = target.fixedHeaders;
+    for (let i = 0; i < fixed.length; i++) h.push(fixed[i]!);
     if (!isValidHeaderValue(event.id)) throw new TypeError('the event id contains characters not allowed in an HTTP header');
-    h['webhook-id'] = event.id;
-    if (o.signingKey !== null) {
-      h['webhook-timestamp'] = timestamp;
-      h['webhook-signature'] = signWebhook(o.signingKey, event.id, timestamp, body);
-    }
+    h.push(
+      'ce-id', ceHeaderValue(event.id),
+      'ce-type', ceHeaderValue(event.type),
+      'ce-subject', ceHeaderValue(`${event.aggregateType}:${event.aggregateId}`),
+      'ce-time', occurredAt,
+      'ce-partitionkey', ceHeaderValue(event.key),
+      'webhook-id', event.id,
+    );
+    if (o.signingKey !== null) h.push('webhook-timestamp', timestamp, 'webhook-signature', signWebhook(o.signingKey, event.id, timestamp, body));
     return h;
   }
 }
@@ -301,9 +323,17 @@ export class PublishCall {
 function serializeEnvelope(e: OutboxEvent, occurredAt: string): string {
   const payload = payloadText(e) ?? 'null';
   const j = JSON.stringify;
+  const headers = e.headers;
+  const version = e.version;
   return (
     `{"id":${j(e.id)},"type":${j(e.type)},"aggregateType":${j(e.aggregateType)},"aggregateId":${j(e.aggregateId)},` +
-    `"key":${j(e.key)},"destination":${j(e.destination)},"payload":${payload},"headers":${j(e.headers)},` +
-    `"occurredAt":"${occurredAt}","version":${j(e.version ?? null)}}`
+    `"key":${j(e.key)},"destination":${j(e.destination)},"payload":${payload},"headers":${isEmpty(headers) ? '{}' : j(headers)},` +
+    `"occurredAt":"${occurredAt}","version":${version === undefined || version === null ? 'null' : j(version)}}`
   );
+}
+
+/** No own enumerable key (most events carry no headers): its JSON is `{}`, without a JSON.stringify call. */
+function isEmpty(o: object): boolean {
+  for (const _ in o) return false;
+  return true;
 }

@@ -3,7 +3,7 @@ import type * as Undici from 'undici';
 import type { OutboxEvent } from '../../core/envelope.ts';
 import type { PublishOutcome, Transport } from '../../core/ports.ts';
 import { fail } from './http-outcomes.ts';
-import { PublishCall, type HttpTarget, type PublishContext } from './http-publish-call.ts';
+import { fixedHeadersOf, PublishCall, type HttpTarget, type PublishContext } from './http-publish-call.ts';
 import { resolveHttpTransportOptions, type HttpTransportOptions, type ResolvedHttpEndpoint, type ResolvedHttpTransportOptions } from './http-transport-options.ts';
 
 export {
@@ -82,7 +82,7 @@ export class HttpTransport implements Transport {
     const o = this.#options;
     const { Agent } = loadUndici();
     const targets = new Map<string, HttpTarget>();
-    for (const [destination, endpoint] of o.endpoints) targets.set(destination, httpTarget(endpoint));
+    for (const [destination, endpoint] of o.endpoints) targets.set(destination, httpTarget(endpoint, o));
     return {
       options: o,
       // One pool of keep-alive connections per origin; TLS options apply to https origins only.
@@ -100,14 +100,18 @@ function loadUndici(): typeof Undici {
   return undici;
 }
 
-function httpTarget(endpoint: ResolvedHttpEndpoint): HttpTarget {
+function httpTarget(endpoint: ResolvedHttpEndpoint, o: ResolvedHttpTransportOptions): HttpTarget {
   const { protocol, hostname, port, path, auth } = endpoint.request;
   const host = hostname!.includes(':') ? `[${hostname!}]` : hostname!;
+  // As node:http sent the URL's userinfo: Basic, unless a static header sets authorization.
+  const authorization = auth ? `Basic ${Buffer.from(auth).toString('base64')}` : null;
+  const fixed = fixedHeadersOf(o.headers, authorization, o.source);
   return {
     endpoint,
     origin: `${protocol!}//${host}${port === undefined || port === null || port === '' ? '' : `:${String(port)}`}`,
     path: path ?? '/',
-    // As node:http sent the URL's userinfo: Basic, unless a static header sets authorization.
-    authorization: auth ? `Basic ${Buffer.from(auth).toString('base64')}` : null,
+    authorization,
+    fixedHeaders: fixed.headers,
+    fixedNames: fixed.names,
   };
 }

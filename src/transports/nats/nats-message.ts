@@ -82,22 +82,24 @@ export function buildMessage(event: OutboxEvent, expectedStream: string | null):
     h.append(name, value);
     headerBytes += entryBytes(name, value);
   }
-  const own: [string, string][] = [
-    [HEADER.type, event.type],
-    [HEADER.destination, event.destination],
-    [HEADER.key, event.key],
-    [HEADER.aggregateType, event.aggregateType],
-    [HEADER.aggregateId, event.aggregateId],
-    [HEADER.occurredAt, event.occurredAt.toISOString()],
-    [HEADER.contentType, contentType],
-  ];
-  if (event.version !== null && event.version !== undefined) own.push([HEADER.version, String(event.version)]);
-  for (const [name, value] of own) {
+  // One call per header, not a list of pairs: this runs once per event on the relay's hot path.
+  const add = (name: string, value: string): string | null => {
     const problem = valueProblem(value);
-    if (problem) return { ok: false, reason: `${name} ${problem}` };
+    if (problem) return `${name} ${problem}`;
     h.append(name, value);
     headerBytes += entryBytes(name, value);
-  }
+    return null;
+  };
+  const problem =
+    add(HEADER.type, event.type) ??
+    add(HEADER.destination, event.destination) ??
+    add(HEADER.key, event.key) ??
+    add(HEADER.aggregateType, event.aggregateType) ??
+    add(HEADER.aggregateId, event.aggregateId) ??
+    add(HEADER.occurredAt, event.occurredAt.toISOString()) ??
+    add(HEADER.contentType, contentType) ??
+    (event.version !== null && event.version !== undefined ? add(HEADER.version, String(event.version)) : null);
+  if (problem !== null) return { ok: false, reason: problem };
   return { ok: true, message: { headers: h, body, bytes: body.length + headerBytes } };
 }
 
