@@ -3,8 +3,9 @@
  * and 20 relay kills on PostgreSQL, over HTTP and over NATS JetStream, with
  * and without --inbox (four runs), each asserting exit code 0 and the
  * summary's zero counts; two short --inbox runs over Kafka and RabbitMQ (the
- * RabbitMQ one has the broker close the observer's connection mid-run); a
- * short HTTP run in the WAL wake mode; plus a small PGlite run and the flag errors. The
+ * RabbitMQ one has the broker close the observer's connection mid-run); plus
+ * a small PGlite run and the flag errors (the WAL wake mode's run is
+ * torture-wal.test.ts, with a time limit of its own). The
  * relays are real `txbox relay` processes killed with SIGKILL, paused with
  * SIGSTOP past their lease and cut off with pg_terminate_backend.
  */
@@ -19,28 +20,10 @@ import { waitFor } from '../helpers/wait.ts';
 import { lockBroker } from '../fixtures/rabbitmq-consumer-broker.ts';
 import { holdBrokerLock } from '../helpers/broker-lock.ts';
 import { canConnect } from '../helpers/ports.ts';
+import { assertClean, count } from '../helpers/torture-summary.ts';
 
 const EVENTS = '20000';
 const KILLS = '20';
-
-/** The count on a summary line, e.g. `lost 0  ok` -> 0. */
-function count(summary: string, label: string): number {
-  const m = new RegExp(`^\\s*${label}\\s+([\\d,]+)`, 'm').exec(summary);
-  assert.ok(m, `the summary has a "${label}" line:\n${summary}`);
-  return Number(m[1]!.replace(/,/g, ''));
-}
-
-function assertClean(stdout: string, inbox: boolean, events = EVENTS, kills = KILLS): void {
-  for (const label of ['lost', 'phantom', 'order violations', 'signature failures', 'unreadable']) assert.equal(count(stdout, label), 0, `${label}:\n${stdout}`);
-  assert.ok(count(stdout, 'committed') >= Number(events), stdout);
-  const done = /faults\s+(\d+) relay kills/.exec(stdout);
-  assert.ok(done && Number(done[1]) >= Number(kills), `at least ${kills} kills:\n${stdout}`);
-  if (inbox) {
-    for (const label of ['applied twice', 'version order', 'projection']) assert.equal(count(stdout, label), 0, `${label}:\n${stdout}`);
-    assert.match(stdout, /applied\s+[\d,]+ unique; missing 0 {2}ok; phantom 0 {2}ok/);
-  }
-  assert.match(stdout, /^ok: nothing lost/m);
-}
 
 describe('txbox torture', { timeout: 1_800_000 }, () => {
   for (const transport of ['http', 'nats']) {
@@ -51,7 +34,7 @@ describe('txbox torture', { timeout: 1_800_000 }, () => {
         const args = ['torture', '--database-url', DATABASE_URL, '--transport', transport, '--events', EVENTS, '--kills', KILLS, ...(inbox ? ['--inbox', '--drain-timeout', '5m'] : [])];
         const r = await runCli(args, {}, 890_000);
         assert.equal(r.code, 0, `txbox ${args.join(' ')} exited ${r.code}:\n${r.stdout}\n${r.stderr.slice(-3000)}`);
-        assertClean(r.stdout, inbox);
+        assertClean(r.stdout, inbox, EVENTS, KILLS);
       });
     }
   }
@@ -150,13 +133,6 @@ describe('txbox torture', { timeout: 1_800_000 }, () => {
     } finally {
       await unlock();
     }
-  });
-
-  it('PostgreSQL over HTTP in the WAL wake mode (claims by seq): 5000 events, 8 kills, nothing lost, phantom or reordered', { timeout: 300_000 }, async () => {
-    const r = await runCli(['torture', '--database-url', DATABASE_URL, '--transport', 'http', '--wake', 'wal', '--events', '5000', '--kills', '8'], {}, 290_000);
-    assert.equal(r.code, 0, `${r.stdout}\n${r.stderr.slice(-3000)}`);
-    assert.match(r.stdout, /WAL wake mode/);
-    assertClean(r.stdout, false, '5000', '8');
   });
 
   it('runs on embedded PGlite with in-process relays killed by abort()', { timeout: 300_000 }, async () => {
