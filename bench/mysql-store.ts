@@ -38,7 +38,7 @@
  * Settings (environment): BENCH_PARTS (drain,latency,producer),
  * BENCH_EVENTS (20000), BENCH_KEYS (1000), BENCH_BATCH (500), BENCH_LANES (2),
  * BENCH_REPEAT (3), BENCH_RAW_WORKERS (1,2), BENCH_RATES (500,1000),
- * BENCH_LATENCY_SECONDS (8), BENCH_LATENCY_CLIENTS (8), BENCH_SHORT_POLL_MS (50),
+ * BENCH_LATENCY_SECONDS (8), BENCH_LATENCY_CLIENTS (32), BENCH_SHORT_POLL_MS (50),
  * BENCH_SECONDS (5 per producer mode and round), BENCH_CLIENTS (4), BENCH_ROUNDS (3).
  */
 import { randomBytes } from 'node:crypto';
@@ -82,7 +82,7 @@ const REPEAT = envInt('BENCH_REPEAT', 3);
 const RAW_WORKERS = envList('BENCH_RAW_WORKERS', [1, 2]);
 const RATES = envList('BENCH_RATES', [500, 1000]);
 const LATENCY_SECONDS = envInt('BENCH_LATENCY_SECONDS', 8);
-const LATENCY_CLIENTS = envInt('BENCH_LATENCY_CLIENTS', 8);
+const LATENCY_CLIENTS = envInt('BENCH_LATENCY_CLIENTS', 32);
 const SHORT_POLL_MS = envInt('BENCH_SHORT_POLL_MS', 50);
 const SECONDS = envInt('BENCH_SECONDS', 5);
 const CLIENTS = envInt('BENCH_CLIENTS', 4);
@@ -97,7 +97,7 @@ const root = await mysql.createConnection({ uri: URL });
 await root.query(`CREATE DATABASE ${q(database)}`);
 const dbUri = URL.replace(/\/[^/]*$/, `/${database}`);
 const poolOptions = { uri: dbUri, supportBigNumbers: true, bigNumberStrings: true, dateStrings: true, timezone: 'Z' } as const;
-const pool = mysql.createPool({ ...poolOptions, connectionLimit: 16 });
+const pool = mysql.createPool({ ...poolOptions, connectionLimit: Math.max(16, LATENCY_CLIENTS, CLIENTS, ...RAW_WORKERS) + 4 });
 const sql = async <R = Record<string, unknown>>(text: string, params?: unknown[]): Promise<R[]> => (await pool.query(text, params))[0] as unknown as R[];
 const outbox = createOutbox({ store: new MysqlOutboxStore({ table: TABLE }), events: [OrderPlaced] });
 
