@@ -32,6 +32,10 @@
  *      round); slowdown per round against that round's business-only run,
  *      median reported.
  *
+ *   4. (BENCH_PARTS=listener, not in the default set) what an open snapshot
+ *      listener on the outbox costs the producers on the emulator: single-
+ *      event transactions at full speed without and with one, alternating.
+ *
  * The emulator is one in-memory Java process on the same (shared) machine:
  * the figures say how the store behaves against its own raw limit, not what
  * Firestore sustains. The 1-minute load average is printed next to each figure.
@@ -39,7 +43,7 @@
  *   bash scripts/firestore/up.sh
  *   node --conditions=txbox-source --import tsx bench/firestore-store.ts
  *
- * Settings (environment): BENCH_PARTS (drain,latency,producer),
+ * Settings (environment): BENCH_PARTS (drain,latency,producer; or listener),
  * BENCH_EVENTS (4000), BENCH_KEYS (1000), BENCH_BATCH (500), BENCH_LANES (2),
  * BENCH_REPEAT (3), BENCH_RATES (100,500), BENCH_LATENCY_SECONDS (8),
  * BENCH_LATENCY_CLIENTS (64), BENCH_SECONDS (3 per producer mode and round),
@@ -311,6 +315,53 @@ async function latencyPart(): Promise<void> {
   printTable(['scenario', 'events/s', 'acked/produced', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'empty claims/s (loaded)', 'empty claims/s (idle)', 'load'], rows);
 }
 
+// ---------------------------------------------------------------- 4. what a listener costs the producers
+
+/**
+ * Single-event `runTransaction`s from BENCH_LATENCY_CLIENTS producers as fast
+ * as they go, without and with an open snapshot listener on the relay's wake
+ * query (state == 'pending', newest `ts` first, limit 1) and no relay,
+ * alternating, BENCH_ROUNDS rounds of BENCH_SECONDS.
+ */
+async function listenerPart(): Promise<void> {
+  log(`listener: ${LATENCY_CLIENTS} producers of single-event transactions at full speed, ${SECONDS} s per mode, ${ROUNDS} round(s), no relay`);
+  let t = 0;
+  const produce = async (): Promise<number> => {
+    let n = 0;
+    const started = performance.now();
+    const end = started + SECONDS * 1000;
+    await Promise.all(
+      Array.from({ length: LATENCY_CLIENTS }, async () => {
+        while (performance.now() < end) {
+          const i = t++;
+          await db.runTransaction((tx) => outbox.enqueue(tx, orderEvent(i, i % KEYS)), { maxAttempts: 1 });
+          n++;
+        }
+      }),
+    );
+    return perSec(n, performance.now() - started);
+  };
+  const rows: string[][] = [];
+  for (let round = 1; round <= ROUNDS; round++) {
+    await wipe();
+    const without = await produce();
+    const l1 = load();
+    let snapshots = 0;
+    const unsubscribe = outboxCol.where('state', '==', 'pending').orderBy('ts', 'desc').limit(1).onSnapshot(
+      () => snapshots++,
+      () => {},
+    );
+    const withListener = await produce();
+    unsubscribe();
+    const l2 = load();
+    log(`round ${round}: ${fmtInt(without)} tx/s without a listener (${l1}), ${fmtInt(withListener)} tx/s with one (${snapshots} snapshots; ${l2})`);
+    rows.push([String(round), fmtInt(without), fmtInt(withListener), pct(1 - withListener / without), `${l1}, ${l2}`]);
+  }
+  console.log('');
+  printTable(['round', 'tx/s, no listener', 'tx/s, listener open', 'slowdown', 'load'], rows);
+  summary('firestore-store', `listener: producers ${rows.map((r) => `${r[1]} -> ${r[2]}`).join(', ')} tx/s without -> with an open snapshot listener on the outbox (${load()})`);
+}
+
 // ---------------------------------------------------------------- 3. producer
 
 interface ProducerRun {
@@ -403,6 +454,7 @@ try {
   if (PARTS.includes('drain')) await drainPart();
   if (PARTS.includes('latency')) await latencyPart();
   if (PARTS.includes('producer')) await producerPart();
+  if (PARTS.includes('listener')) await listenerPart();
 } finally {
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
