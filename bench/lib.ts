@@ -7,7 +7,7 @@ import pg from 'pg';
 import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { availableParallelism, loadavg } from 'node:os';
-import { createOutbox, defineEvent, payloadType, uuidv7, type InboxStore, type NewEvent, type Outbox, type OutboxEvent, type PublishOutcome, type Transport } from 'txbox';
+import { createOutbox, defineEvent, payloadType, uuidv7, type InboxStore, type NewEvent, type Outbox, type OutboxEvent, type PublishOutcome, type RelayStore, type Transport } from 'txbox';
 import { migratePostgres, pgConnection, postgresNames, PostgresOutboxStore, type PostgresConnection, type PostgresNames } from 'txbox/postgres';
 
 export const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? process.env.TXBOX_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -409,6 +409,112 @@ export function backendCpuDelta(before: ReadonlyMap<number, number>, after: Read
   let ms = 0;
   for (const [pid, total] of after) ms += total - (before.get(pid) ?? 0);
   return ms;
+}
+
+/** The 1-minute load average now (what /proc/loadavg says), to print next to a figure: `load 6.6`. */
+export function load(): string {
+  return `load ${loadavg()[0]!.toFixed(1)}`;
+}
+
+/** Claims a relay store answered, and how many came back empty (an idle relay polling), since `reset()`. */
+export interface ClaimCounts {
+  claims: number;
+  empty: number;
+  reset(): void;
+}
+
+/**
+ * `store` with its `claim` counted (every other member is the store's own,
+ * bound to it, so optional hooks such as `wakeups` keep working): empty claims
+ * per second are what a polling relay costs the database while idle.
+ */
+export function countClaims<S extends RelayStore>(store: S): { store: S; counts: ClaimCounts } {
+  const counts: ClaimCounts = {
+    claims: 0,
+    empty: 0,
+    reset() {
+      counts.claims = 0;
+      counts.empty = 0;
+    },
+  };
+  const claim: RelayStore['claim'] = async (leases, options) => {
+    const events = await store.claim(leases, options);
+    counts.claims++;
+    if (events.length === 0) counts.empty++;
+    return events;
+  };
+  const proxy = new Proxy(store, {
+    get(target, prop) {
+      if (prop === 'claim') return claim;
+      const value: unknown = Reflect.get(target, prop, target);
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+  return { store: proxy, counts };
+}
+
+/**
+ * Producers paced to `rate` commits per second in total over `seconds`, on
+ * `clients` concurrent loops; `commit(t)` runs transaction number `t` and
+ * resolves with the ids it committed, once the commit returned. Producers
+ * that fall behind stop starting transactions at 1.25 x `seconds` (the
+ * achieved rate then shows it). Returns each id's commit time
+ * (`performance.now()`) and how long producing took.
+ */
+export async function pacedCommits(
+  o: { readonly rate: number; readonly seconds: number; readonly clients: number },
+  commit: (t: number, client: number) => Promise<readonly string[]>,
+): Promise<{ committedAt: Map<string, number>; ms: number }> {
+  const committedAt = new Map<string, number>();
+  const transactions = Math.round(o.rate * o.seconds);
+  const interval = 1000 / o.rate;
+  let next = 0;
+  const started = performance.now();
+  const stopAt = started + o.seconds * 1250;
+  await Promise.all(
+    Array.from({ length: o.clients }, async (_, client) => {
+      for (;;) {
+        const t = next++;
+        if (t >= transactions || performance.now() > stopAt) return;
+        const wait = started + t * interval - performance.now();
+        if (wait > 1) await new Promise((r) => setTimeout(r, wait));
+        const ids = await commit(t, client);
+        const at = performance.now();
+        for (const id of ids) committedAt.set(id, at);
+      }
+    }),
+  );
+  return { committedAt, ms: performance.now() - started };
+}
+
+export interface LatencyFigures {
+  readonly produced: number;
+  readonly acked: number;
+  readonly p50: number;
+  readonly p90: number;
+  readonly p99: number;
+  readonly max: number;
+}
+
+/** Commit-to-ack latencies (ms) of the committed ids that were acked. */
+export function latencyFigures(committedAt: ReadonlyMap<string, number>, ackedAt: ReadonlyMap<string, number>): LatencyFigures {
+  const xs: number[] = [];
+  for (const [id, t] of committedAt) {
+    const a = ackedAt.get(id);
+    if (a !== undefined) xs.push(a - t);
+  }
+  xs.sort((a, b) => a - b);
+  return { produced: committedAt.size, acked: xs.length, p50: percentile(xs, 50), p90: percentile(xs, 90), p99: percentile(xs, 99), max: xs[xs.length - 1] ?? Number.NaN };
+}
+
+/** Resolves once `done()` is true (checked every `everyMs`), or false after `timeoutMs`. */
+export async function waitUntil(done: () => boolean, timeoutMs: number, everyMs = 10): Promise<boolean> {
+  const deadline = performance.now() + timeoutMs;
+  while (!done()) {
+    if (performance.now() > deadline) return false;
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+  return true;
 }
 
 export function log(text: string): void {
