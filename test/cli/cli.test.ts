@@ -457,7 +457,14 @@ describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {
     const restarts = Number(/relay restarts\s+(\d+)/.exec(crashing.stdout)?.[1]);
     assert.ok(restarts > 0, `relay restarts ${restarts}`);
     assert.match(pglite.stdout, /relay restarts\s+0/);
-    const left = (await demoSchemas()).filter((s) => !beforeSchemas.has(s));
+    // Another test file's demo on PostgreSQL (test/cli/demo-cloud.test.ts) can be running now, its schema not yet
+    // dropped: wait for every new demo schema to go; a schema this demo left behind never does.
+    let left: string[] = [];
+    const deadline = Date.now() + 120_000;
+    do {
+      left = (await demoSchemas()).filter((s) => !beforeSchemas.has(s));
+      if (left.length > 0) await new Promise((r) => setTimeout(r, 500));
+    } while (left.length > 0 && Date.now() < deadline);
     assert.deepEqual(left, [], 'the PostgreSQL demo drops its schema');
   });
   it('bad --skip-parked and a non-URL database exit 2; an unreachable demo database exits 3', async () => {
