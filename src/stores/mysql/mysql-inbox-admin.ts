@@ -191,7 +191,7 @@ export class MysqlInboxAdmin {
    *   again, and two such transactions serialize on the primary key (the
    *   second inserter waits for the first one's row lock) exactly as the first
    *   two events of a new key always have. A deadlock InnoDB reports there is
-   *   rolled back and run again by the store, as any other;
+   *   rolled back and run again by the store, like every other;
    * - a DELETE that an inbox transaction waits for (it arrived after the
    *   DELETE took the row) lets that transaction insert the row afresh once
    *   the DELETE commits, and then hold it as before.
