@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import {
   FieldValue,
   Timestamp,
+  type DocumentData,
   type DocumentReference,
   type DocumentSnapshot,
   type Firestore,
@@ -179,6 +180,29 @@ interface InboxDoc {
   attempts?: number;
 }
 
+/** The inbox document of an event first seen failing or held (never processed): its fields, received now. */
+function newUnprocessedDoc(
+  consumer: string,
+  id: string,
+  event: OutboxEvent,
+  state: { status: 'failed' | 'dead' | 'held'; attempts: number; lastError: string; envelope: string; heldAt: FieldValue | null },
+): DocumentData {
+  return {
+    consumer,
+    eventId: id,
+    type: event.type,
+    key: event.key,
+    version: event.version ?? null,
+    status: state.status,
+    attempts: state.attempts,
+    lastError: state.lastError,
+    envelope: state.envelope,
+    receivedAt: FieldValue.serverTimestamp(),
+    processedAt: null,
+    heldAt: state.heldAt,
+  };
+}
+
 /**
  * The inbox on Google Cloud Firestore: the same port as `PostgresInboxStore`,
  * with the handlers' `tx` a Firestore `Transaction`. Each batch is one
@@ -311,20 +335,7 @@ export class FirestoreInboxStore implements InboxStore<Transaction> {
       const snap = await tx.get(ref);
       if (!snap.exists) {
         const dead = maxAttempts <= 1;
-        tx.set(ref, {
-          consumer,
-          eventId: id,
-          type: event.type,
-          key: event.key,
-          version: event.version ?? null,
-          status: dead ? 'dead' : 'failed',
-          attempts: 1,
-          lastError: text,
-          envelope,
-          receivedAt: FieldValue.serverTimestamp(),
-          processedAt: null,
-          heldAt: null,
-        });
+        tx.set(ref, newUnprocessedDoc(consumer, id, event, { status: dead ? 'dead' : 'failed', attempts: 1, lastError: text, envelope, heldAt: null }));
         return { attempts: 1, dead };
       }
       // Processed or dead already (a redelivery raced this failure): nothing recorded.
@@ -345,20 +356,7 @@ export class FirestoreInboxStore implements InboxStore<Transaction> {
     await this.#db.runTransaction(async (tx) => {
       const snap = await tx.get(ref);
       if (!snap.exists) {
-        tx.set(ref, {
-          consumer,
-          eventId: id,
-          type: event.type,
-          key: event.key,
-          version: event.version ?? null,
-          status: 'held',
-          attempts: 0,
-          lastError: text,
-          envelope,
-          receivedAt: FieldValue.serverTimestamp(),
-          processedAt: null,
-          heldAt: FieldValue.serverTimestamp(),
-        });
+        tx.set(ref, newUnprocessedDoc(consumer, id, event, { status: 'held', attempts: 0, lastError: text, envelope, heldAt: FieldValue.serverTimestamp() }));
       } else if (REOPENABLE.has(String(snap.get('status')))) {
         tx.update(ref, { status: 'held', lastError: text, envelope, heldAt: FieldValue.serverTimestamp() });
       }
