@@ -47,6 +47,8 @@ export interface LatencyOptions {
    * Timestamps are then wall-clock (`performance.timeOrigin + performance.now()`) in both processes.
    */
   readonly receiverInChild?: boolean;
+  /** In-process relay only: the relay store's `synchronousMarks` (undefined: the default, asynchronous marks). */
+  readonly synchronousMarks?: boolean;
   /** In-process relay only: its `metrics` option (undefined: the default). */
   readonly metrics?: Metrics | false;
   /** In-process relay, no-op transport only: time each stage (bench/wal-stages.ts). */
@@ -153,7 +155,13 @@ export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promi
     };
   } else {
     const connection = pgConnection({ connectionString: DATABASE_URL, maxConnections: (o.lanes ?? 2) + 2 });
-    const store = new PostgresRelayStore({ schema: bench.schema, connection, wake: o.wake ?? 'notify', ...(o.stages ? { walTrace: o.stages.onWalCommit } : {}) });
+    const store = new PostgresRelayStore({
+      schema: bench.schema,
+      connection,
+      wake: o.wake ?? 'notify',
+      ...(o.synchronousMarks === undefined ? {} : { synchronousMarks: o.synchronousMarks }),
+      ...(o.stages ? { walTrace: o.stages.onWalCommit } : {}),
+    });
     if (o.stages) o.stages.committedAt = committedAt;
     const inProcess = createRelay({
       store: o.stages ? o.stages.wrap(store) : store,

@@ -11,7 +11,9 @@
  *
  * Settings: BENCH_LATENCY_SECONDS (10), BENCH_RATES (500,1000), BENCH_PRODUCER_SECONDS (10),
  * BENCH_CLIENTS (4), BENCH_ROUNDS (2), BENCH_EVENTS (200000), BENCH_KEYS (1000), BENCH_SLOTS (1,3),
- * BENCH_DRAIN_REPEAT (2, interleaved), BENCH_SECTIONS (latency,producer,slots,drain),
+ * BENCH_DRAIN_REPEAT (2, interleaved), BENCH_SECTIONS (latency,claims,producer,slots,drain),
+ * BENCH_MARKS (async; `async,sync` compares the relay store's synchronousMarks in the latency section),
+ * BENCH_LATENCY_ROUNDS (1),
  * BENCH_DRAIN_NODE_FLAGS (`|`-separated node flag sets for the drain's relay process, each run
  * interleaved with the others, e.g. `|--max-semi-space-size=4`; default: one set, none).
  *
@@ -53,6 +55,10 @@ const TARGET = { p50Ms: 1.0, p99Ms: 5, rssMb: 150 };
 /** BENCH_SECTIONS: comma list of latency, claims, producer, slots, drain (default all). */
 const SECTIONS = new Set((process.env.BENCH_SECTIONS ?? 'latency,claims,producer,slots,drain').split(','));
 const CLAIM_EVENTS = envInt('BENCH_CLAIM_EVENTS', 200);
+/** BENCH_MARKS: the relay store's marks in the latency section, `async` (the default store) and/or `sync` (synchronousMarks), alternating first per round. */
+const MARKS = (process.env.BENCH_MARKS ?? 'async').split(',').filter((m): m is 'async' | 'sync' => m === 'async' || m === 'sync');
+/** BENCH_LATENCY_ROUNDS: repeats of the latency section (default 1). */
+const LATENCY_ROUNDS = envInt('BENCH_LATENCY_ROUNDS', 1);
 
 /**
  * Claims per event when only wake-ups start claims (polling off): CLAIM_EVENTS single-event
@@ -187,14 +193,19 @@ await withBench('wal', async (bench) => {
   log(`WAL wake mode vs LISTEN/NOTIFY: latency ${SECONDS} s per rate (${RATES.join(', ')}/s), producers ${CLIENTS} connections x ${PRODUCER_SECONDS} s x ${ROUNDS} rounds, drain ${fmtInt(EVENTS)} events; schema ${bench.schema}`);
   try {
     const latency: string[][] = [];
-    for (const rate of SECTIONS.has('latency') ? RATES : []) {
-      for (const wake of MODES) {
-        const stages = new StageTrace(() => performance.timeOrigin + performance.now());
-        const r = await measureCommitToAck(bench, { rate, seconds: SECONDS, clients: 8, keys: KEYS, notify: wake === 'notify', pollIntervalMs: 1000, wake, transport: 'noop', stages });
-        log(`${wake} ${rate}/s: ${fmtInt(r.acked)}/${fmtInt(r.produced)} acked, p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms, max ${fmtMs(r.max)} ms (target in WAL mode: p50 <= 1.0, p99 <= 5); event-loop delay p99 ${fmtMs(r.loopDelayP99)} ms; stages:`);
-        for (const line of stages.lines()) console.log(line);
-        latency.push([wake, String(rate), fmtInt(r.achievedRate), `${fmtInt(r.acked)}/${fmtInt(r.produced)}`, fmtMs(r.p50), fmtMs(r.p90), fmtMs(r.p99), fmtMs(r.max)]);
-        summary('wal', `${wake} @${rate}/s: commit-to-publish p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms`);
+    for (let round = 0; round < (SECTIONS.has('latency') ? LATENCY_ROUNDS : 0); round++) {
+      for (const rate of RATES) {
+        for (const wake of MODES) {
+          for (const marks of round % 2 === 0 ? MARKS : [...MARKS].reverse()) {
+            const mode = MARKS.length > 1 ? `${wake}, ${marks} marks` : wake;
+            const stages = new StageTrace(() => performance.timeOrigin + performance.now());
+            const r = await measureCommitToAck(bench, { rate, seconds: SECONDS, clients: 8, keys: KEYS, notify: wake === 'notify', pollIntervalMs: 1000, wake, transport: 'noop', stages, synchronousMarks: marks === 'sync' });
+            log(`${mode} ${rate}/s: ${fmtInt(r.acked)}/${fmtInt(r.produced)} acked, p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms, max ${fmtMs(r.max)} ms (target in WAL mode: p50 <= 1.0, p99 <= 5); event-loop delay p99 ${fmtMs(r.loopDelayP99)} ms; stages:`);
+            for (const line of stages.lines()) console.log(line);
+            latency.push([mode, String(rate), fmtInt(r.achievedRate), `${fmtInt(r.acked)}/${fmtInt(r.produced)}`, fmtMs(r.p50), fmtMs(r.p90), fmtMs(r.p99), fmtMs(r.max)]);
+            summary('wal', `${mode} @${rate}/s: commit-to-publish p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms`);
+          }
+        }
       }
     }
     const claimRows: string[][] = [];

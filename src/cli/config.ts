@@ -33,6 +33,8 @@ export interface CliConfig {
     readonly maxAttempts?: number;
     readonly skipParkedDestinations?: readonly string[];
     readonly deleteOnPublish?: boolean;
+    /** PostgreSQL: wait for the WAL flush of every mark (the relay store's synchronousMarks). */
+    readonly synchronousMarks?: boolean;
     /** Keep published rows this long, in milliseconds, from "90s", "15m", "24h", "7d"; false for "off" (no retention). */
     readonly keepPublishedMs?: number | false;
     /** The destination circuit breaker's first pause and longest pause, in milliseconds, from durations with a unit. */
@@ -183,6 +185,7 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
   }
   const skip = pick('skipParkedDestinations', 'skip-parked', undefined, fileRelay.skipParkedDestinations);
   const deleteOnPublish = flags['delete-on-publish'] === true || fileRelay.deleteOnPublish === true;
+  const synchronousMarks = flags['synchronous-marks'] === true || fileRelay.synchronousMarks === true;
   const relay = clean({
     batchSize: intField('batchSize', 'batch-size', ENV.batchSize, fileRelay.batchSize),
     lanes: intField('lanes', 'lanes', ENV.lanes, fileRelay.lanes),
@@ -191,6 +194,7 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
     maxAttempts: intField('maxAttempts', 'max-attempts', ENV.maxAttempts, fileRelay.maxAttempts),
     skipParkedDestinations: skip === undefined ? undefined : parseList(skip, sources.skipParkedDestinations ?? 'skipParkedDestinations'),
     deleteOnPublish,
+    synchronousMarks,
     keepPublishedMs: durationOrOff('keepPublished', pick('keepPublished', 'keep-published', ENV.keepPublished, fileRelay.keepPublished)),
     breakerBaseDelayMs: duration('breakerBaseDelay', pick('breakerBaseDelay', 'breaker-base-delay', ENV.breakerBaseDelay, fileRelay.breakerBaseDelay)),
     breakerMaxDelayMs: duration('breakerMaxDelay', pick('breakerMaxDelay', 'breaker-max-delay', ENV.breakerMaxDelay, fileRelay.breakerMaxDelay)),

@@ -92,7 +92,7 @@ describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {
   it('`<command> --help` works for every command and names its options', async () => {
     const expected: Record<string, string[]> = {
       migrate: ['--print'],
-      relay: ['--transport', '--endpoint', '--secret', '--unsigned', '--batch-size', '--lanes', '--lease-ttl-ms', '--poll-interval-ms', '--max-attempts', '--skip-parked', '--keep-published', '--delete-on-publish', '--breaker-base-delay', '--breaker-max-delay', '--relay-id'],
+      relay: ['--transport', '--endpoint', '--secret', '--unsigned', '--batch-size', '--lanes', '--lease-ttl-ms', '--poll-interval-ms', '--max-attempts', '--skip-parked', '--keep-published', '--delete-on-publish', '--synchronous-marks', '--breaker-base-delay', '--breaker-max-delay', '--relay-id'],
       status: ['--json'],
       parked: ['list', 'retry', 'skip', 'discard', '--id', '--all', '--destination', '--limit', '--json', '--actor'],
       replay: ['--from', '--to', '--key', '--type', '--destination', '--actor'],
@@ -392,7 +392,8 @@ describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {
       const good = await enqueue(db, events(Shipped, 20));
       const bad = await enqueue(db, events(Rejected, 2));
       const relay = startCli(
-        ['relay', '--transport', 'http', '--endpoint', `items=${receiver.url}/items`, '--endpoint', `rejects=${rejectUrl}`, '--poll-interval-ms', '50', '--relay-id', 'relay-e2e'],
+        // --synchronous-marks: the marks of this relay wait for their WAL flush (the other relays of the suite mark asynchronously).
+        ['relay', '--transport', 'http', '--endpoint', `items=${receiver.url}/items`, '--endpoint', `rejects=${rejectUrl}`, '--poll-interval-ms', '50', '--relay-id', 'relay-e2e', '--synchronous-marks'],
         envFor(db, { TXBOX_WEBHOOK_SECRET: receiver.secret, TXBOX_LOG_LEVEL: 'info' }),
       );
       try {

@@ -41,6 +41,8 @@ export interface CliAdmin {
 
 export interface RelayStoreSettings {
   readonly deleteOnPublish: boolean;
+  /** PostgreSQL only: marks wait for their WAL flush (MySQL's follow the server's innodb_flush_log_at_trx_commit; Firestore's are durable). */
+  readonly synchronousMarks?: boolean;
   readonly wake: 'notify' | 'wal';
   readonly logger: Logger;
 }

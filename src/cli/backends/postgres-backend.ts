@@ -22,7 +22,8 @@ export async function openPostgresBackend(config: CliConfig, logger: Logger, req
     outbox: db.names.outbox,
     postgres: db,
     migrate: () => migratePostgres(db.connection, db.names),
-    relayStore: ({ deleteOnPublish, wake, logger: log }) => new PostgresRelayStore({ ...names, connection: db.connection, deleteOnPublish, wake, logger: log }),
+    relayStore: ({ deleteOnPublish, synchronousMarks, wake, logger: log }) =>
+      new PostgresRelayStore({ ...names, connection: db.connection, deleteOnPublish, synchronousMarks: synchronousMarks ?? false, wake, logger: log }),
     async status() {
       const admin = new PostgresAdmin(db.connection, names);
       const status = await admin.status();

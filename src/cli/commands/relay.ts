@@ -57,6 +57,9 @@ Options:
   --skip-parked D1,D2       destinations whose parked events do not hold their key
   --keep-published DUR      retention of published rows, e.g. 24h, 7d, or off (default 24h)
   --delete-on-publish       delete rows when published (no replay; no retention needed)
+  --synchronous-marks       PostgreSQL: wait for the WAL flush of every mark. By default marks
+                            commit asynchronously: a database crash can undo its last moments of
+                            marks, and those events are published again (duplicates, never loss)
   --breaker-base-delay DUR  destination circuit breaker: pause after a destination is first seen
                             down, before one probe event goes out; doubles after each failed
                             probe, e.g. 500ms, 2s (default 1s; or TXBOX_BREAKER_BASE_DELAY)
@@ -82,6 +85,7 @@ ${METRICS_HELP}`,
     'skip-parked': { type: 'string' },
     'keep-published': { type: 'string' },
     'delete-on-publish': { type: 'boolean' },
+    'synchronous-marks': { type: 'boolean' },
     'breaker-base-delay': { type: 'string' },
     'breaker-max-delay': { type: 'string' },
     'relay-id': { type: 'string' },
@@ -112,7 +116,7 @@ ${METRICS_HELP}`,
     let relay;
     try {
       relay = createRelay({
-        store: backend.relayStore({ deleteOnPublish: r.deleteOnPublish ?? false, wake: r.wake ?? 'notify', logger }),
+        store: backend.relayStore({ deleteOnPublish: r.deleteOnPublish ?? false, synchronousMarks: r.synchronousMarks ?? false, wake: r.wake ?? 'notify', logger }),
         transport,
         logger,
         relayId,

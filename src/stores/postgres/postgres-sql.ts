@@ -198,7 +198,17 @@ export function claimSeqsSql(n: PostgresNames): string {
  */
 const FENCED = `((o.bucket::bigint << 48) | i.token) = ANY ((SELECT pairs FROM fenced)::bigint[])`;
 
-export function completeSql(n: PostgresNames, deleteOnPublish: boolean): string {
+/**
+ * `synchronousCommit: false` (the default of the relay store) commits the
+ * statement without waiting for its WAL flush: `set_config(..., true)` sets
+ * synchronous_commit for this statement's own transaction only. A database
+ * crash can then undo the marks of its last moments (at most three times
+ * wal_writer_delay, 600 ms by default), and those events are published again:
+ * at-least-once, as after a relay crash. Never skipped or reordered: WAL is
+ * replayed in order, so what survives is a prefix of the marks, and a later
+ * synchronous commit (a producer's, a lease) flushes every earlier mark.
+ */
+export function completeSql(n: PostgresNames, deleteOnPublish: boolean, synchronousCommit = true): string {
   // `blocker`: the row was backing off or deferred, so rows may be held behind it (migration 005):
   // it failed before (attempts >= 1 before this publish), or its destination was down (deferred:
   // attempts unchanged, last_error set, which publishing leaves as it was). RETURNING sees the row
@@ -239,7 +249,8 @@ export function completeSql(n: PostgresNames, deleteOnPublish: boolean): string 
   ${releaseHeldBy(n, `ARRAY(SELECT seq FROM published WHERE blocker)`, `AND h.seq <> ALL($2::bigint[])`)}
 )
 SELECT (SELECT count(*) FROM published)::int + (SELECT count(*) FROM failed)::int AS applied,
-  (SELECT count(*) FROM released)::int AS released`;
+  (SELECT count(*) FROM released)::int AS released${synchronousCommit ? '' : `,
+  set_config('synchronous_commit', 'off', true) AS async_commit`}`;
 }
 
 /**
