@@ -18,6 +18,7 @@ import { HttpTransport } from 'txbox/http';
 import { pgConnection, PostgresRelayStore } from 'txbox/postgres';
 import { startRelayWorker, type RelayWorker, type RelayWorkerResult } from './relay-process.ts';
 import type { StageTrace } from './wal-stages.ts';
+import type { ProducerConfig, ProducerMessage } from './producer-process.ts';
 import { benchOutbox, DATABASE_URL, NoopTransport, orderEvent, percentile, resetOutbox, settle, type Bench } from './lib.ts';
 
 export interface LatencyOptions {
@@ -47,6 +48,11 @@ export interface LatencyOptions {
    * Timestamps are then wall-clock (`performance.timeOrigin + performance.now()`) in both processes.
    */
   readonly receiverInChild?: boolean;
+  /**
+   * Run the producers in a process of their own (bench/producer-process.ts), as the application would
+   * be, so that the relay does not share its event loop with them; commit times come back on the wall clock.
+   */
+  readonly producersInChild?: boolean;
   /** In-process relay only: the relay store's `synchronousMarks` (undefined: the default, asynchronous marks). */
   readonly synchronousMarks?: boolean;
   /** In-process relay only: its `metrics` option (undefined: the default). */
@@ -179,6 +185,14 @@ export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promi
   }
   const loop = monitorEventLoopDelay({ resolution: 5 });
   loop.enable();
+  const perTx = o.eventsPerTx ?? 1;
+  const total = o.rate * o.seconds;
+  const transactions = Math.ceil(total / perTx);
+  if (o.producersInChild) {
+    const { commits, ms } = await produceInChild({ schema: bench.schema, rate: o.rate, seconds: o.seconds, clients: o.clients, keys: o.keys, perTx, notify: o.notify });
+    for (const [id, t] of commits) committedAt.set(id, t);
+    return finish(ms);
+  }
   const outbox = benchOutbox(bench, o.notify);
   const clients = await Promise.all(
     Array.from({ length: o.clients }, async () => {
@@ -187,9 +201,6 @@ export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promi
       return c;
     }),
   );
-  const perTx = o.eventsPerTx ?? 1;
-  const total = o.rate * o.seconds;
-  const transactions = Math.ceil(total / perTx);
   const interval = (1000 * perTx) / o.rate;
   let next = 0;
   const started = performance.now();
@@ -210,40 +221,63 @@ export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promi
       }
     }),
   );
-  const produceMs = performance.now() - started;
-  loop.disable();
-  const deadline = performance.now() + 30_000;
-  const child = receiver?.child;
-  if (child) {
-    while ((await ask<{ count: number }>(child, 'count')).count < transactions * perTx && performance.now() < deadline) await sleep(100);
-    for (const [id, t] of (await ask<{ acks: [string, number][] }>(child, 'acks')).acks) ackedAt.set(id, t);
-    child.send({ type: 'close' });
-  }
-  while (ackedAt.size < transactions * perTx && performance.now() < deadline) await sleep(20);
-  await relay.stop();
   await Promise.all(clients.map((c) => c.end()));
-  const server = receiver?.server;
-  if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
-  const latencies: number[] = [];
-  for (const [id, t] of committedAt) {
-    const a = ackedAt.get(id);
-    if (a !== undefined) latencies.push(a - t);
+  return finish(performance.now() - started);
+
+  async function finish(produceMs: number): Promise<LatencyResult> {
+    loop.disable();
+    const deadline = performance.now() + 30_000;
+    const child = receiver?.child;
+    if (child) {
+      while ((await ask<{ count: number }>(child, 'count')).count < transactions * perTx && performance.now() < deadline) await sleep(100);
+      for (const [id, t] of (await ask<{ acks: [string, number][] }>(child, 'acks')).acks) ackedAt.set(id, t);
+      child.send({ type: 'close' });
+    }
+    while (ackedAt.size < transactions * perTx && performance.now() < deadline) await sleep(20);
+    await relay.stop();
+    const server = receiver?.server;
+    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+    const latencies: number[] = [];
+    for (const [id, t] of committedAt) {
+      const a = ackedAt.get(id);
+      if (a !== undefined) latencies.push(a - t);
+    }
+    latencies.sort((a, b) => a - b);
+    if (trace) printBreakdown(trace, committedAt, ackedAt);
+    return {
+      produced: committedAt.size,
+      acked: latencies.length,
+      achievedRate: (committedAt.size * 1000) / produceMs,
+      p50: percentile(latencies, 50),
+      p90: percentile(latencies, 90),
+      p99: percentile(latencies, 99),
+      max: latencies[latencies.length - 1] ?? Number.NaN,
+      mean: latencies.reduce((a, b) => a + b, 0) / Math.max(1, latencies.length),
+      loopDelayP99: loop.percentile(99) / 1e6,
+      loopDelayMax: loop.max / 1e6,
+      batches,
+    };
   }
-  latencies.sort((a, b) => a - b);
-  if (trace) printBreakdown(trace, committedAt, ackedAt);
-  return {
-    produced: committedAt.size,
-    acked: latencies.length,
-    achievedRate: (committedAt.size * 1000) / produceMs,
-    p50: percentile(latencies, 50),
-    p90: percentile(latencies, 90),
-    p99: percentile(latencies, 99),
-    max: latencies[latencies.length - 1] ?? Number.NaN,
-    mean: latencies.reduce((a, b) => a + b, 0) / Math.max(1, latencies.length),
-    loopDelayP99: loop.percentile(99) / 1e6,
-    loopDelayMax: loop.max / 1e6,
-    batches,
-  };
+}
+
+/** Runs bench/producer-process.ts and returns each event's commit time (wall clock). */
+export async function produceInChild(config: ProducerConfig): Promise<{ commits: readonly (readonly [string, number])[]; ms: number }> {
+  const child = fork(fileURLToPath(new URL('./producer-process.ts', import.meta.url)), [], {
+    execArgv: ['--conditions=txbox-source', '--import', 'tsx'],
+    env: { ...process.env, BENCH_PRODUCER: JSON.stringify(config) },
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  try {
+    return await new Promise((resolve, reject) => {
+      child.on('message', (m: ProducerMessage) => {
+        if (m.type === 'ready') child.send({ type: 'go' });
+        else resolve({ commits: m.commits, ms: m.ms });
+      });
+      child.once('exit', (code) => reject(new Error(`the producer process exited with ${String(code)}`)));
+    });
+  } finally {
+    child.kill();
+  }
 }
 
 export const fmtMs = (ms: number): string => (Number.isFinite(ms) ? ms.toFixed(1) : '-');

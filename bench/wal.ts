@@ -13,7 +13,7 @@
  * BENCH_CLIENTS (4), BENCH_ROUNDS (2), BENCH_EVENTS (200000), BENCH_KEYS (1000), BENCH_SLOTS (1,3),
  * BENCH_DRAIN_REPEAT (2, interleaved), BENCH_SECTIONS (latency,claims,producer,slots,drain),
  * BENCH_MARKS (async; `async,sync` compares the relay store's synchronousMarks in the latency section),
- * BENCH_LATENCY_ROUNDS (1),
+ * BENCH_LATENCY_ROUNDS (1), BENCH_PRODUCERS (child: the latency section's producers in a process of their own),
  * BENCH_DRAIN_NODE_FLAGS (`|`-separated node flag sets for the drain's relay process, each run
  * interleaved with the others, e.g. `|--max-semi-space-size=4`; default: one set, none).
  *
@@ -33,8 +33,8 @@ import pg from 'pg';
 import { createRelay } from 'txbox';
 import { readFileSync } from 'node:fs';
 import { dropPublication, pgConnection, PostgresRelayStore, walSlots } from 'txbox/postgres';
-import { Backlog, benchOutbox, DATABASE_URL, NoopTransport, envInt, envList, fmtInt, log, mb, median, orderEvent, perSec, printTable, resetOutbox, settle, summary, withBench, type Bench } from './lib.ts';
-import { fmtMs, measureCommitToAck } from './commit-to-ack.ts';
+import { Backlog, benchOutbox, DATABASE_URL, NoopTransport, envInt, envList, fmtInt, log, mb, median, orderEvent, pacedCommits, percentile, perSec, printTable, resetOutbox, settle, summary, withBench, type Bench } from './lib.ts';
+import { fmtMs, measureCommitToAck, produceInChild } from './commit-to-ack.ts';
 import { startRelayWorker } from './relay-process.ts';
 import { StageTrace } from './wal-stages.ts';
 
@@ -57,8 +57,68 @@ const SECTIONS = new Set((process.env.BENCH_SECTIONS ?? 'latency,claims,producer
 const CLAIM_EVENTS = envInt('BENCH_CLAIM_EVENTS', 200);
 /** BENCH_MARKS: the relay store's marks in the latency section, `async` (the default store) and/or `sync` (synchronousMarks), alternating first per round. */
 const MARKS = (process.env.BENCH_MARKS ?? 'async').split(',').filter((m): m is 'async' | 'sync' => m === 'async' || m === 'sync');
+/** BENCH_PRODUCERS=child: the latency section's producers run in a process of their own (bench/producer-process.ts), not beside the relay. */
+const PRODUCERS_IN_CHILD = process.env.BENCH_PRODUCERS === 'child';
 /** BENCH_LATENCY_ROUNDS: repeats of the latency section (default 1). */
 const LATENCY_ROUNDS = envInt('BENCH_LATENCY_ROUNDS', 1);
+
+/**
+ * The ceiling of the latency section at `rate`: the same producers (8 connections, single-event
+ * transactions, no NOTIFY) with no relay, and a probe connection in this process running a bare
+ * primary-key SELECT of the outbox (prepared) back to back, 1 ms apart. A relay that reads the
+ * table once after a commit reaches it (the WAL mode's claim by seq) publishes no sooner than such a
+ * round trip after the commit, on this machine under this load; also the producers' own COMMIT
+ * round trip, which the WAL message arrives with.
+ */
+async function latencyCeiling(bench: Bench, rate: number): Promise<{ select: number[]; commit: number[] }> {
+  await resetOutbox(bench);
+  await settle(bench);
+  const probe = new pg.Client({ connectionString: DATABASE_URL });
+  await probe.connect();
+  const select: number[] = [];
+  let running = true;
+  const probing = (async () => {
+    while (running) {
+      const t = performance.now();
+      await probe.query({ name: 'wal-ceiling-probe', text: `SELECT seq, id FROM "${bench.schema}".outbox WHERE seq = $1`, values: [select.length + 1] });
+      select.push(performance.now() - t);
+      await new Promise((r) => setTimeout(r, 1));
+    }
+  })();
+  if (PRODUCERS_IN_CHILD) {
+    try {
+      await produceInChild({ schema: bench.schema, rate, seconds: SECONDS, clients: 8, keys: KEYS, perTx: 1, notify: false });
+    } finally {
+      running = false;
+      await probing;
+      await probe.end();
+    }
+    return { select: select.sort((a, b) => a - b), commit: [] };
+  }
+  const outbox = benchOutbox(bench, false);
+  const clients = await Promise.all(Array.from({ length: 8 }, async () => {
+    const c = new pg.Client({ connectionString: DATABASE_URL });
+    await c.connect();
+    return c;
+  }));
+  const commit: number[] = [];
+  try {
+    await pacedCommits({ rate, seconds: SECONDS, clients: clients.length }, async (t, i) => {
+      const c = clients[i]!;
+      await c.query('BEGIN');
+      const ids = await outbox.enqueue(c, orderEvent(t, t % KEYS));
+      const at = performance.now();
+      await c.query('COMMIT');
+      commit.push(performance.now() - at);
+      return ids;
+    });
+  } finally {
+    running = false;
+    await probing;
+    await Promise.all([...clients, probe].map((c) => c.end()));
+  }
+  return { select: select.sort((a, b) => a - b), commit: commit.sort((a, b) => a - b) };
+}
 
 /**
  * Claims per event when only wake-ups start claims (polling off): CLAIM_EVENTS single-event
@@ -195,11 +255,16 @@ await withBench('wal', async (bench) => {
     const latency: string[][] = [];
     for (let round = 0; round < (SECTIONS.has('latency') ? LATENCY_ROUNDS : 0); round++) {
       for (const rate of RATES) {
+        const ceiling = await latencyCeiling(bench, rate);
+        const q = (xs: number[], p: number): string => fmtMs(percentile(xs, p));
+        log(`ceiling ${rate}/s, no relay: a bare primary-key SELECT during the same commits p50 ${q(ceiling.select, 50)} ms, p99 ${q(ceiling.select, 99)} ms (${fmtInt(ceiling.select.length)} probes); the producers' COMMIT round trip p50 ${q(ceiling.commit, 50)} ms, p99 ${q(ceiling.commit, 99)} ms`);
+        latency.push([`ceiling: bare PK SELECT`, String(rate), '-', '-', q(ceiling.select, 50), q(ceiling.select, 90), q(ceiling.select, 99), q(ceiling.select, 100)]);
+        summary('wal', `ceiling @${rate}/s (no relay): a bare primary-key SELECT round trip during the same commits p50 ${q(ceiling.select, 50)} ms, p99 ${q(ceiling.select, 99)} ms; producers' COMMIT p50 ${q(ceiling.commit, 50)} ms, p99 ${q(ceiling.commit, 99)} ms`);
         for (const wake of MODES) {
           for (const marks of round % 2 === 0 ? MARKS : [...MARKS].reverse()) {
             const mode = MARKS.length > 1 ? `${wake}, ${marks} marks` : wake;
             const stages = new StageTrace(() => performance.timeOrigin + performance.now());
-            const r = await measureCommitToAck(bench, { rate, seconds: SECONDS, clients: 8, keys: KEYS, notify: wake === 'notify', pollIntervalMs: 1000, wake, transport: 'noop', stages, synchronousMarks: marks === 'sync' });
+            const r = await measureCommitToAck(bench, { rate, seconds: SECONDS, clients: 8, keys: KEYS, notify: wake === 'notify', pollIntervalMs: 1000, wake, transport: 'noop', stages, synchronousMarks: marks === 'sync', producersInChild: PRODUCERS_IN_CHILD });
             log(`${mode} ${rate}/s: ${fmtInt(r.acked)}/${fmtInt(r.produced)} acked, p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms, max ${fmtMs(r.max)} ms (target in WAL mode: p50 <= 1.0, p99 <= 5); event-loop delay p99 ${fmtMs(r.loopDelayP99)} ms; stages:`);
             for (const line of stages.lines()) console.log(line);
             latency.push([mode, String(rate), fmtInt(r.achievedRate), `${fmtInt(r.acked)}/${fmtInt(r.produced)}`, fmtMs(r.p50), fmtMs(r.p90), fmtMs(r.p99), fmtMs(r.max)]);

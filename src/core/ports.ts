@@ -140,6 +140,17 @@ export interface RelayStore {
    */
   claim(leases: readonly BucketLease[], options: ClaimOptions): Promise<StoredEvent[]>;
   /**
+   * Optional: a claim that is safe while this lane's previous batch is still
+   * being marked (its rows are still pending in the store). A store that knows
+   * which rows were committed since its last full claim over these buckets
+   * (the PostgreSQL WAL wake mode's claims by seq) returns those it may
+   * publish, never a row of the batch being marked and never one with an
+   * earlier open row of its key; `null` when only `claim` can tell, after the
+   * marks. A relay given this method starts its next claim without waiting
+   * for the previous batch's mark; stores without it: leave it out.
+   */
+  claimWhileMarking?(leases: readonly BucketLease[], options: ClaimOptions): Promise<StoredEvent[] | null>;
+  /**
    * Applies outcomes in one statement, fenced (`routesAcked` of a failed
    * event are remembered so those routes are not sent it again): a row changes only if the relay
    * still holds its bucket with the same token and the lease has not expired.

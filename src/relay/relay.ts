@@ -274,14 +274,26 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
   }
 
   async #laneLoop(lane: number): Promise<void> {
+    // The lane's previous batch still being marked (stores with claimWhileMarking only): at most one.
+    const marking: { current: Promise<void> | null } = { current: null };
+    try {
+      await this.#claimLoop(lane, marking);
+    } finally {
+      await marking.current;
+    }
+  }
+
+  async #claimLoop(lane: number, marking: { current: Promise<void> | null }): Promise<void> {
     const { store, batchSize, lanes, pollIntervalMs, minPollIntervalMs, skipParkedDestinations } = this.options;
     const signal = this.#stopClaiming.signal;
+    const options = { limit: batchSize, skipParkedDestinations };
     let failures = 0;
     // Empty claims since the last busy one: the wait doubles from minPollIntervalMs up to pollIntervalMs.
     let idle = 0;
     while (!signal.aborted) {
       const leases = this.#leases.leasesFor(lane, lanes);
       if (leases.length === 0) {
+        await marking.current;
         await sleep(Math.min(pollIntervalMs, this.options.leaseTtlMs / 3), undefined, { signal }).catch(() => {});
         continue;
       }
@@ -291,7 +303,13 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
       const seen = store.wakeups?.(buckets);
       const claimStarted = performance.now();
       try {
-        events = await store.claim(leases, { limit: batchSize, skipParkedDestinations });
+        // While the previous batch is being marked its rows are still pending: only a claim that
+        // knows to leave them (and every later row of their keys) out may run; else wait for the mark.
+        events = marking.current === null ? null : await store.claimWhileMarking!(leases, options);
+        if (events === null) {
+          await marking.current;
+          events = await store.claim(leases, options);
+        }
         failures = 0;
         this.#health.dbOk();
         this.#metrics?.claimed(events.length, (performance.now() - claimStarted) / 1000);
@@ -299,6 +317,11 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
         this.#health.dbFailed(err);
         this.emit('error', { phase: 'claim', error: err as Error });
         await sleep(Math.min(5000, 200 * 2 ** failures++), undefined, { signal }).catch(() => {});
+        continue;
+      }
+      if (events.length === 0 && marking.current !== null) {
+        // Nothing announced: wait for a commit in these buckets or for the mark, whichever comes first.
+        await this.#waitOrMarked(marking.current, seen, buckets);
         continue;
       }
       if (events.length === 0) {
@@ -315,6 +338,7 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
       this.#leases.markBusy(busy);
       this.#inFlight += events.length;
       let leftByLease = 0;
+      let marked: Promise<void> | undefined;
       try {
         const completions = await publishBatch(events, {
           routes: this.options.routes,
@@ -332,11 +356,45 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
           onCall: (transport, called, outcomes, seconds) => this.#metrics?.called(transport, called, outcomes, seconds),
         });
         if (leftByLease > 0) this.emit('leaseEnded', { lane, left: leftByLease });
-        await this.#complete(lane, events, completions, started);
+        // At most one batch being marked while the lane claims on: the one before this must be marked first.
+        await marking.current;
+        const batch = events;
+        marked = this.#complete(lane, batch, completions, started)
+          .catch((error: unknown) => {
+            this.emit('error', { phase: 'complete', error: error as Error });
+          })
+          .finally(() => {
+            this.#inFlight -= batch.length;
+            this.#leases.markIdle(busy);
+          });
       } finally {
-        this.#inFlight -= events.length;
-        this.#leases.markIdle(busy);
+        if (marked === undefined) {
+          this.#inFlight -= events.length;
+          this.#leases.markIdle(busy);
+        }
       }
+      if (store.claimWhileMarking === undefined) await marked;
+      else {
+        const current = marked;
+        marking.current = current;
+        void current.finally(() => {
+          if (marking.current === current) marking.current = null;
+        });
+      }
+    }
+  }
+
+  /** Until a wake-up of `buckets` (since `seen`), the end of `mark`, or the relay stops claiming. */
+  async #waitOrMarked(mark: Promise<void>, seen: number | undefined, buckets: readonly number[]): Promise<void> {
+    const signal = this.#stopClaiming.signal;
+    const wait = new AbortController();
+    const stop = (): void => wait.abort();
+    signal.addEventListener('abort', stop, { once: true });
+    try {
+      await Promise.race([mark, this.options.store.waitForEvents(this.options.pollIntervalMs, wait.signal, seen, buckets)]);
+    } finally {
+      wait.abort(); // ends the store's wait at once (no poll), if the mark came first
+      signal.removeEventListener('abort', stop);
     }
   }
 

@@ -91,3 +91,35 @@ it('migration 006 adds the relays\' circuits column to an existing table; a hear
     await pool.query(`DROP SCHEMA IF EXISTS "${upSchema}" CASCADE`);
   }
 });
+
+it('migration 009: the claim by seq keeps its generic plan (force_generic_plan with index lookups only); an outbox at version 8 is brought to it', async () => {
+  const upSchema = uniqueSchema('up');
+  const connection = pgConnection({ connectionString: DATABASE_URL, maxConnections: 2 });
+  const names = postgresNames({ schema: upSchema });
+  const config = async (): Promise<string[]> =>
+    (
+      await pool.query<{ proconfig: string[] }>(
+        `SELECT p.proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 AND p.proname = 'outbox_claim_seqs'`,
+        [upSchema],
+      )
+    ).rows[0]!.proconfig;
+  try {
+    const all = postgresMigrations();
+    await migratePostgres(connection, names, all.filter((m) => m.name < '009'));
+    // Version 8 planned the query on every call (PL/pgSQL's plan cache chose custom plans).
+    assert.ok(!(await config()).includes('plan_cache_mode=force_generic_plan'));
+    assert.deepEqual(await migratePostgres(connection, names), ['009_claim_seqs_generic_plan.sql']);
+    assert.deepEqual((await config()).sort(), ['enable_bitmapscan=off', 'enable_seqscan=off', 'plan_cache_mode=force_generic_plan']);
+    // The same rows as before: a pending row by seq, and nothing for a published one.
+    await pool.query(
+      `INSERT INTO "${upSchema}".outbox (id, type, aggregate_type, aggregate_id, key, destination, payload) VALUES (gen_random_uuid(), 'T', 'A', '1', 'A:1', 'd', '{}'), (gen_random_uuid(), 'T', 'A', '2', 'A:2', 'd', '{}')`,
+    );
+    await pool.query(`UPDATE "${upSchema}".outbox SET state = 'published' WHERE seq = 2`);
+    const claimed = async () =>
+      (await pool.query<{ seq: string }>(`SELECT seq FROM "${upSchema}".outbox_claim_seqs('{1,2}'::bigint[], (SELECT array_agg(b)::smallint[] FROM generate_series(0, 255) b), 10, '{}'::text[])`)).rows.map((r) => Number(r.seq));
+    assert.deepEqual(await claimed(), [1]);
+  } finally {
+    await connection.close();
+    await pool.query(`DROP SCHEMA IF EXISTS "${upSchema}" CASCADE`);
+  }
+});

@@ -138,3 +138,43 @@ it('rows held behind a failed event are released when it is published, and follo
     await relay.stop();
   }
 });
+
+it("while a batch's mark is slow, the lane publishes the next commits by seq; an event of the key being marked waits for the mark", async () => {
+  const { transport, store, relay } = await walRelay(() => undefined);
+  const publishedAt = new Map<string, number>();
+  const publish = transport.publish.bind(transport);
+  transport.publish = async (events, signal) => {
+    for (const e of events) publishedAt.set(e.id, performance.now());
+    return publish(events, signal);
+  };
+  // Marks that take 1.5 s once `slow` is set: the time the old lane loop waited before its next claim.
+  let slow = false;
+  const marksDone: number[] = [];
+  const complete = store.complete.bind(store);
+  store.complete = async (relayId, completions) => {
+    if (slow) await new Promise((r) => setTimeout(r, 1500));
+    const r = await complete(relayId, completions);
+    marksDone.push(performance.now());
+    return r;
+  };
+  try {
+    await enqueue('warm', 0);
+    await waitFor('warm-up published and marked', () => transport.acked.length === 1 && marksDone.length === 1);
+    slow = true;
+    const a = await enqueue('one', 1);
+    await waitFor('a published', () => publishedAt.has(a));
+    const b = await enqueue('two', 1);
+    const c = await enqueue('one', 2);
+    await waitFor('b and c published', () => publishedAt.has(b) && publishedAt.has(c), 15_000);
+    const aMarked = marksDone[1]!;
+    assert.ok(publishedAt.get(b)! < aMarked, `b (another key) was published ${(publishedAt.get(b)! - aMarked).toFixed(0)} ms after a's mark returned, not while it ran`);
+    assert.ok(publishedAt.get(c)! > aMarked, `c (a's key) was published ${(aMarked - publishedAt.get(c)!).toFixed(0)} ms before a's mark returned`);
+    assert.deepEqual(transport.acked.filter((e) => e.key.endsWith(':one')).map((e) => e.id), [a, c]);
+  } finally {
+    slow = false;
+    await relay.stop();
+  }
+  // Every mark ran: nothing left pending.
+  const [left] = await db.query<{ n: string }>(`SELECT count(*) AS n FROM "${db.schema}".outbox WHERE state <> 'published'`);
+  assert.equal(Number(left!.n), 0);
+});

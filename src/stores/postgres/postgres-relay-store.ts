@@ -365,36 +365,62 @@ export class PostgresRelayStore implements RelayStore {
     const buckets = leases.map((l) => l.bucket);
     // WAL mode, streaming: claim only the rows commits announced when nothing else can be waiting (postgres-wal-targets.ts).
     const targets = this.#wal?.streaming ? this.#targets : undefined;
-    const plan = targets?.plan(leases, now);
-    if (plan?.kind === 'none') {
-      this.#stats.skipped++;
-      return [];
-    }
-    if (plan?.kind === 'seqs') {
-      this.#stats.bySeq++;
-      let rows: EventRow[];
-      try {
-        ({ rows } = await this.#db.query<EventRow>(this.#sql.claimSeqs, [plan.seqs, buckets, options.limit, options.skipParkedDestinations], this.#names.claimSeqs));
-      } catch (err) {
-        targets!.forget(buckets);
-        if ((err as { code?: unknown }).code !== '42883') throw err;
-        // undefined_function: the outbox was not migrated to version 8 yet. Ordinary claims only, as before it.
-        this.#targets = undefined;
-        this.#logger.warn({ outbox: this.names.outbox }, 'txbox relay: the WAL mode claims announced rows with a function of migration 008, which this outbox lacks; run txbox migrate (claiming as before meanwhile)');
-        return this.claim(leases, options);
-      }
-      const events = rows.map(rowToEvent);
-      const ordinaryNext = targets!.afterSeqs(leases, plan, events, options.limit);
-      if (rows.length > 0) for (const b of buckets) this.#recheck[b] = 0;
-      // Nothing to publish, and only the ordinary claim can tell what holds the rows back: run it now, not after a wait.
-      if (events.length > 0 || !ordinaryNext) return events;
-    }
+    const announced = await this.#claimAnnounced(leases, options, now);
+    // Nothing to publish, and only the ordinary claim can tell what holds the rows back: run it now, not after a wait.
+    if (announced !== null) return announced;
     this.#stats.ordinary++;
     const { rows } = await this.#db.query<EventRow>(this.#sql.claim, [buckets, options.limit, options.skipParkedDestinations], this.#names.claim);
     const events = rows.map(rowToEvent);
     targets?.afterFull(leases, events, options.limit, now);
     if (rows.length > 0) for (const b of buckets) this.#recheck[b] = 0;
     return events;
+  }
+
+  /**
+   * WAL mode, streaming: the claim by seq of the rows commits announced, while
+   * this relay's previous batch of these buckets is still being marked. Its
+   * rows are not announced again, and `<table>_claim_seqs` returns no row with
+   * an earlier open row of its key (a row of that batch included), so it can
+   * run before the marks; null when only the ordinary claim can tell what is
+   * claimable (not streaming, buckets not seen, a row missing twice).
+   */
+  async claimWhileMarking(leases: readonly BucketLease[], options: ClaimOptions): Promise<StoredEvent[] | null> {
+    if (leases.length === 0) return [];
+    if (this.#targets === undefined || !this.#wal?.streaming) return null;
+    this.#skip = options.skipParkedDestinations;
+    return this.#claimAnnounced(leases, options, performance.now());
+  }
+
+  /**
+   * The claim of announced rows (WAL mode, streaming: postgres-wal-targets.ts),
+   * or `[]` without a query when nothing was announced and everything else was
+   * seen; null when the ordinary claim must run instead.
+   */
+  async #claimAnnounced(leases: readonly BucketLease[], options: ClaimOptions, now: number): Promise<StoredEvent[] | null> {
+    const targets = this.#wal?.streaming ? this.#targets : undefined;
+    const plan = targets?.plan(leases, now);
+    if (plan === undefined || plan.kind === 'full') return null;
+    if (plan.kind === 'none') {
+      this.#stats.skipped++;
+      return [];
+    }
+    this.#stats.bySeq++;
+    const buckets = leases.map((l) => l.bucket);
+    let rows: EventRow[];
+    try {
+      ({ rows } = await this.#db.query<EventRow>(this.#sql.claimSeqs, [plan.seqs, buckets, options.limit, options.skipParkedDestinations], this.#names.claimSeqs));
+    } catch (err) {
+      targets!.forget(buckets);
+      if ((err as { code?: unknown }).code !== '42883') throw err;
+      // undefined_function: the outbox was not migrated to version 8 yet. Ordinary claims only, as before it.
+      this.#targets = undefined;
+      this.#logger.warn({ outbox: this.names.outbox }, 'txbox relay: the WAL mode claims announced rows with a function of migration 008, which this outbox lacks; run txbox migrate (claiming as before meanwhile)');
+      return null;
+    }
+    const events = rows.map(rowToEvent);
+    const ordinaryNext = targets!.afterSeqs(leases, plan, events, options.limit);
+    if (rows.length > 0) for (const b of buckets) this.#recheck[b] = 0;
+    return events.length > 0 || !ordinaryNext ? events : null;
   }
 
   /** How the claims ran so far (diagnostics: bench/wal.ts, tests). */
