@@ -203,14 +203,22 @@ export async function openWalStream(options: WalStreamOptions): Promise<WalStrea
     }
   });
 
-  const abort = (): void => {
-    client.end().catch(() => {});
-  };
+  // An abort ends the connection and rejects the opening itself: pg's connect() never settles when
+  // end() is called before the socket has connected, and a close() waiting for it would wait forever.
+  let onAbort: (() => void) | undefined;
+  const aborted = new Promise<never>((_, reject) => {
+    onAbort = () => {
+      client.end().catch(() => {});
+      reject(new Error('the opening of the replication stream was aborted'));
+    };
+  });
+  aborted.catch(() => {});
+  const abort = (): void => onAbort!();
   options.signal?.addEventListener('abort', abort, { once: true });
   try {
     options.signal?.throwIfAborted();
-    await client.connect();
-    await client.query(`CREATE_REPLICATION_SLOT "${options.slot}" TEMPORARY LOGICAL pgoutput NOEXPORT_SNAPSHOT`);
+    await Promise.race([client.connect(), aborted]);
+    await Promise.race([client.query(`CREATE_REPLICATION_SLOT "${options.slot}" TEMPORARY LOGICAL pgoutput NOEXPORT_SNAPSHOT`), aborted]);
     options.signal?.throwIfAborted();
   } catch (err) {
     ended = true;
