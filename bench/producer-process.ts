@@ -9,10 +9,9 @@
  * loop with the producers.
  */
 import pg from 'pg';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { createOutbox } from 'txbox';
 import { PostgresOutboxStore } from 'txbox/postgres';
-import { DATABASE_URL, OrderPlaced, orderEvent } from './lib.ts';
+import { DATABASE_URL, OrderPlaced, orderEvent, pacedCommits } from './lib.ts';
 
 export interface ProducerConfig {
   readonly schema: string;
@@ -29,7 +28,6 @@ export type ProducerMessage =
   | { readonly type: 'done'; readonly commits: readonly (readonly [string, number])[]; readonly ms: number };
 
 const config = JSON.parse(process.env.BENCH_PRODUCER ?? '{}') as ProducerConfig;
-const now = (): number => performance.timeOrigin + performance.now();
 const outbox = createOutbox({ store: new PostgresOutboxStore({ schema: config.schema, notify: config.notify }), events: [OrderPlaced] });
 const clients = await Promise.all(
   Array.from({ length: config.clients }, async () => {
@@ -40,27 +38,15 @@ const clients = await Promise.all(
 );
 process.send?.({ type: 'ready' } satisfies ProducerMessage);
 await new Promise<void>((resolve) => process.once('message', () => resolve()));
-const commits: [string, number][] = [];
-const transactions = Math.ceil((config.rate * config.seconds) / config.perTx);
-const interval = (1000 * config.perTx) / config.rate;
-let next = 0;
-const started = performance.now();
-await Promise.all(
-  clients.map(async (c) => {
-    for (;;) {
-      const t = next++;
-      if (t >= transactions) return;
-      const wait = started + t * interval - performance.now();
-      if (wait > 1) await sleep(wait);
-      const events = Array.from({ length: config.perTx }, (_, j) => orderEvent(t * config.perTx + j, (t * config.perTx + j) % config.keys));
-      await c.query('BEGIN');
-      const ids = await outbox.enqueue(c, events);
-      await c.query('COMMIT');
-      const at = now();
-      for (const id of ids) commits.push([id, at]);
-    }
-  }),
-);
-const ms = performance.now() - started;
+const { committedAt, ms } = await pacedCommits({ rate: config.rate / config.perTx, seconds: config.seconds, clients: config.clients }, async (t, i) => {
+  const c = clients[i]!;
+  const events = Array.from({ length: config.perTx }, (_, j) => orderEvent(t * config.perTx + j, (t * config.perTx + j) % config.keys));
+  await c.query('BEGIN');
+  const ids = await outbox.enqueue(c, events);
+  await c.query('COMMIT');
+  return ids;
+});
+// pacedCommits takes performance.now(): on the wall clock, comparable with the relay's process.
+const commits = [...committedAt].map(([id, t]) => [id, performance.timeOrigin + t] as const);
 await Promise.all(clients.map((c) => c.end()));
 process.send?.({ type: 'done', commits, ms } satisfies ProducerMessage, () => process.exit(0));

@@ -1,19 +1,20 @@
 /**
  * The NATS JetStream transport through the transport conformance suite,
- * against the real nats-server on 127.0.0.1:4222 (JetStream on). Each
+ * against a nats-server of its own (JetStream on, file storage in a temp
+ * directory, a free port), run from a copy of the binary so that
+ * `start-stop-daemon --exec` never mistakes it for the machine's server. Each
  * destination gets a fresh file-backed stream with a 2-minute duplicate
- * window; `restart` kills that server (SIGKILL) and starts it again with the
- * same command as its service script. Wrong credentials are tried against a
- * second, password-protected nats-server on a free port, run from a copy of
- * the binary so that `start-stop-daemon --exec` never mistakes it for the
- * main server. Streams are deleted afterwards.
+ * window; `restart` kills that server (SIGKILL) and starts it again on the same
+ * port and storage. The shared server on 127.0.0.1:4222 is never touched: other
+ * test files use it at the same time (killing it failed their runs).
+ * Wrong credentials are tried against a second, password-protected
+ * nats-server on a free port.
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { copyFile, mkdtemp, readdir, readFile, readlink, rm } from 'node:fs/promises';
+import { copyFile, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { connect, nanos } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
 import { NatsTransport, NATS_HEADERS } from 'txbox/nats';
@@ -23,10 +24,7 @@ import { DATABASE_URL } from '../helpers/databases.ts';
 import { canConnect, freePort } from '../helpers/ports.ts';
 
 const NATS_BIN = '/usr/sbin/nats-server';
-const NATS_ARGS = ['-a', '127.0.0.1', '-p', '4222', '-js', '-sd', '/var/lib/nats-server', '-l', '/var/log/nats-server.log'];
-const SERVERS = '127.0.0.1:4222';
 const run = randomBytes(4).toString('hex');
-const exec = promisify(execFile);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 interface Dest {
@@ -36,6 +34,8 @@ interface Dest {
 const dests = new Map<string, Dest>();
 let counter = 0;
 
+const server = await startJetStreamServer();
+const SERVERS = `127.0.0.1:${server.port}`;
 const admin = await connect({ servers: SERVERS, name: 'txbox-conformance-admin', maxReconnectAttempts: -1, reconnectTimeWait: 250 });
 const jsm = await jetstreamManager(admin, { timeout: 5000 });
 const js = jetstream(admin, { timeout: 5000 });
@@ -97,11 +97,8 @@ runTransportConformance({
       }
     },
     async restart() {
-      const pid = await mainServerPid();
-      process.kill(pid, 'SIGKILL');
-      await waitFor('the killed nats-server to exit', async () => !(await isAlive(pid)), 10_000);
-      await exec('start-stop-daemon', ['--start', '--oknodo', '--background', '--exec', NATS_BIN, '--', ...NATS_ARGS]);
-      await waitFor('nats-server to accept connections on 4222', () => canConnect(4222), 30_000);
+      await server.kill();
+      await server.start();
       await waitFor('JetStream to answer after the restart', () => jsm.getAccountInfo().then(() => true, () => false), 30_000);
     },
     async unroutableDestination() {
@@ -122,6 +119,7 @@ runTransportConformance({
       for (const { stream } of dests.values()) if (stream) await jsm.streams.delete(stream).catch(() => {});
       await admin.close();
       await authServer.stop();
+      await server.stop();
     },
   },
 });
@@ -136,32 +134,6 @@ function routing(destinations: readonly string[]): { subjects: Record<string, st
     if (dest.stream) streams[d] = dest.stream;
   }
   return { subjects, streams };
-}
-
-/** The pid of the nats-server listening on 4222: its executable and its `-p 4222` argument. */
-async function mainServerPid(): Promise<number> {
-  for (const entry of await readdir('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      if ((await readlink(`/proc/${entry}/exe`)) !== NATS_BIN) continue;
-      const args = (await readFile(`/proc/${entry}/cmdline`, 'utf8')).split('\0');
-      const p = args.indexOf('-p');
-      if (p >= 0 && args[p + 1] === '4222') return Number(entry);
-    } catch {
-      // The process ended while we looked.
-    }
-  }
-  throw new Error('no nats-server with -p 4222 is running');
-}
-
-/** True while the process exists and is not a zombie. */
-async function isAlive(pid: number): Promise<boolean> {
-  try {
-    const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
-  } catch {
-    return false;
-  }
 }
 
 async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
@@ -187,6 +159,36 @@ async function startAuthServer(): Promise<{ port: number; stop: () => Promise<vo
     async stop() {
       child.kill('SIGTERM');
       await exited;
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** This file's own JetStream nats-server: a copied binary on a free port with its storage in a temp directory; `kill()` is SIGKILL, `start()` runs it again alike. */
+async function startJetStreamServer(): Promise<{ port: number; kill: () => Promise<void>; start: () => Promise<void>; stop: () => Promise<void> }> {
+  const dir = await mkdtemp(join(tmpdir(), 'txbox-nats-conformance-'));
+  const bin = join(dir, 'nats-server');
+  await copyFile(NATS_BIN, bin);
+  const port = await freePort();
+  let child: ChildProcess | undefined;
+  let exited: Promise<void> = Promise.resolve();
+  const start = async (): Promise<void> => {
+    const c = spawn(bin, ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', join(dir, 'data')], { stdio: 'ignore' });
+    child = c;
+    exited = new Promise<void>((resolve) => c.once('exit', () => resolve()));
+    await waitFor(`the conformance nats-server on ${port}`, () => canConnect(port), 30_000);
+  };
+  const kill = async (): Promise<void> => {
+    child?.kill('SIGKILL');
+    await exited;
+  };
+  await start();
+  return {
+    port,
+    kill,
+    start,
+    async stop() {
+      await kill();
       await rm(dir, { recursive: true, force: true });
     },
   };

@@ -1,6 +1,8 @@
 /**
  * The Redis Streams transport through the transport conformance suite,
- * against the real Redis on 127.0.0.1:6379 (started without persistence).
+ * against a redis-server of its own on a free port (no persistence, its files
+ * in a temp directory), so that `restart` never touches the machine's Redis on
+ * 127.0.0.1:6379, which other test files use at the same time.
  *
  * Reading back: entries are read with XRANGE into memory as they arrive.
  * Redis keeps nothing on disk here, so a restart empties every stream; before
@@ -11,6 +13,9 @@
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
@@ -18,13 +23,17 @@ import { RedisTransport, parseStreamEntry } from 'txbox/redis';
 import type { Delivered } from 'txbox/testing';
 import { runTransportConformance } from 'txbox/testing/conformance';
 import { DATABASE_URL } from '../helpers/databases.ts';
+import { freePort } from '../helpers/ports.ts';
 
 const run = promisify(execFile);
-const REDIS_URL = 'redis://127.0.0.1:6379';
+const PORT = await freePort();
+const DIR = await mkdtemp(join(tmpdir(), 'txbox-redis-conformance-'));
+const REDIS_URL = `redis://127.0.0.1:${PORT}`;
 const prefix = `txbox-test:conf-${randomBytes(4).toString('hex')}:`;
-const SERVER_ARGS = ['--daemonize', 'yes', '--bind', '127.0.0.1', '-::1', '--port', '6379', '--save', '', '--appendonly', 'no', '--dir', '/var/lib/redis', '--logfile', '/var/log/redis/ci.log'];
-
-const reader = new Redis({ host: '127.0.0.1', port: 6379, lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => 100 });
+const SERVER_ARGS = ['--daemonize', 'yes', '--bind', '127.0.0.1', '--port', String(PORT), '--save', '', '--appendonly', 'no', '--dir', DIR, '--pidfile', join(DIR, 'redis.pid'), '--logfile', join(DIR, 'redis.log')];
+await run('redis-server', SERVER_ARGS);
+await until('the conformance Redis to answer PING', answersPing, 15_000);
+const reader = new Redis({ host: '127.0.0.1', port: PORT, lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => 100 });
 reader.on('error', () => {}); // it reconnects by itself after restart()
 await reader.connect();
 
@@ -48,7 +57,7 @@ async function catchUp(destination: string): Promise<void> {
 
 async function answersPing(): Promise<boolean> {
   try {
-    return (await run('redis-cli', ['-h', '127.0.0.1', '-p', '6379', 'ping'], { timeout: 2000 })).stdout.trim() === 'PONG';
+    return (await run('redis-cli', ['-h', '127.0.0.1', '-p', String(PORT), 'ping'], { timeout: 2000 })).stdout.trim() === 'PONG';
   } catch {
     return false;
   }
@@ -90,7 +99,7 @@ runTransportConformance({
       await reader.call('CLIENT', 'PAUSE', '30000', 'WRITE');
       for (const destination of logs.keys()) await catchUp(destination);
       for (const log of logs.values()) log.after = '-'; // the restarted server starts with empty streams
-      await run('redis-cli', ['-h', '127.0.0.1', '-p', '6379', 'shutdown', 'nosave']).catch(() => {}); // the server hangs up as it exits
+      await run('redis-cli', ['-h', '127.0.0.1', '-p', String(PORT), 'shutdown', 'nosave']).catch(() => {}); // the server hangs up as it exits
       await until('Redis to stop', async () => !(await answersPing()), 10_000);
       await sleep(1000); // the relay meets refused connections meanwhile
       await run('redis-server', SERVER_ARGS);
@@ -104,8 +113,8 @@ runTransportConformance({
     misconfigured() {
       return [
         { transport: new RedisTransport({ url: 'redis://127.0.0.1:1', streamPrefix: prefix, connectTimeoutMs: 2000 }), setting: /url: .*127\.0\.0\.1:1\b/ },
-        { transport: new RedisTransport({ url: 'redis://:hunter2@127.0.0.1:6379', streamPrefix: prefix }), setting: /^url: a password is configured/ },
-        { transport: new RedisTransport({ url: 'redis://nobody-here:hunter2@127.0.0.1:6379', streamPrefix: prefix }), setting: /^url: .*"nobody-here" \(WRONGPASS\)/ },
+        { transport: new RedisTransport({ url: `redis://:hunter2@127.0.0.1:${PORT}`, streamPrefix: prefix }), setting: /^url: a password is configured/ },
+        { transport: new RedisTransport({ url: `redis://nobody-here:hunter2@127.0.0.1:${PORT}`, streamPrefix: prefix }), setting: /^url: .*"nobody-here" \(WRONGPASS\)/ },
         { transport: new RedisTransport({ url: REDIS_URL, username: 'nobody-here', password: 'hunter2', streamPrefix: prefix }), setting: /^username: .*WRONGPASS/ },
       ];
     },
@@ -113,6 +122,8 @@ runTransportConformance({
       const keys = await reader.keys(`${prefix}*`);
       if (keys.length > 0) await reader.del(...keys);
       await reader.quit();
+      await run('redis-cli', ['-h', '127.0.0.1', '-p', String(PORT), 'shutdown', 'nosave']).catch(() => {});
+      await rm(DIR, { recursive: true, force: true });
     },
   },
 });
