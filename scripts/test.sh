@@ -24,6 +24,6 @@ mapfile -t files < <(find test -name '*.test.ts' | sort)
 if [ "$#" -gt 0 ]; then files=("$@"); fi
 echo "running ${#files[@]} test files"
 # --test-timeout is also each file's limit: the torture runs are split over test/e2e/torture*.test.ts (HTTP,
-# NATS, Kafka and RabbitMQ, the cloud emulators, the WAL wake mode) so that each file stays well inside it on a
+# HTTP --inbox, NATS, NATS --inbox, Kafka and RabbitMQ, the cloud emulators, the WAL wake mode) so that each file stays well inside it on a
 # loaded 2-core machine (seven runs in one file once took over 600 s).
 exec node --conditions=txbox-source --import tsx --test --test-concurrency="${TXBOX_TEST_CONCURRENCY:-2}" --test-timeout=600000 "${files[@]}"

@@ -1,24 +1,23 @@
 /**
  * `txbox torture` as CI runs it: the CLI as a subprocess, at 20,000 events
- * and 20 relay kills on PostgreSQL over HTTP, with and without --inbox, each
- * asserting exit code 0 and the summary's zero counts; plus a small PGlite run
- * and the flag errors. The relays are real `txbox relay` processes killed with
+ * and 20 relay kills on PostgreSQL over HTTP, asserting exit code 0 and the
+ * summary's zero counts; plus a small PGlite run and the flag errors. The relays are real `txbox relay` processes killed with
  * SIGKILL, paused with SIGSTOP past their lease and cut off with
- * pg_terminate_backend. The same runs over NATS JetStream are
- * torture-nats.test.ts, the Kafka and RabbitMQ runs torture-brokers.test.ts,
- * the WAL wake mode's torture-wal.test.ts: one file each, so that each stays
- * well inside the runner's per-file time limit on a loaded machine (seven runs
- * in one file took over 600 s).
+ * pg_terminate_backend. The same run with --inbox is torture-http-inbox.test.ts,
+ * the NATS JetStream runs torture-nats(-inbox).test.ts, the Kafka and RabbitMQ
+ * runs torture-brokers.test.ts, the WAL wake mode's torture-wal.test.ts: files
+ * of their own, so that each stays well inside the runner's per-file time
+ * limit on a loaded machine (seven runs in one file took over 600 s).
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { runCli } from '../helpers/cli.ts';
 import { DATABASE_URL } from '../helpers/databases.ts';
 import { count } from '../helpers/torture-summary.ts';
-import { itTortureRuns } from '../helpers/torture-runs.ts';
+import { itTortureRun } from '../helpers/torture-runs.ts';
 
 describe('txbox torture', { timeout: 1_800_000 }, () => {
-  itTortureRuns('http');
+  itTortureRun('http', false);
 
   it('runs on embedded PGlite with in-process relays killed by abort()', { timeout: 300_000 }, async () => {
     const r = await runCli(['torture', '--events', '1500', '--kills', '4', '--seed', '11'], {}, 290_000);
