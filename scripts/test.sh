@@ -23,7 +23,7 @@ export TXBOX_TEST_CLI=dist
 mapfile -t files < <(find test -name '*.test.ts' | sort)
 if [ "$#" -gt 0 ]; then files=("$@"); fi
 echo "running ${#files[@]} test files"
-# --test-timeout is also each file's limit: the torture runs are split over test/e2e/torture*.test.ts (HTTP,
-# HTTP --inbox, NATS, NATS --inbox, Kafka and RabbitMQ, the cloud emulators, the WAL wake mode) so that each file stays well inside it on a
-# loaded 2-core machine (seven runs in one file once took over 600 s).
-exec node --conditions=txbox-source --import tsx --test --test-concurrency="${TXBOX_TEST_CONCURRENCY:-2}" --test-timeout=600000 "${files[@]}"
+# --test-timeout is also each file's limit: test/e2e/torture.test.ts runs its four 20,000-event torture runs
+# one after another, so that two of them never compete for the 2 cores (side by side, an --inbox run missed its
+# drain timeout); that file takes 8-14 minutes on a loaded machine, hence 20 minutes a file.
+exec node --conditions=txbox-source --import tsx --test --test-concurrency="${TXBOX_TEST_CONCURRENCY:-2}" --test-timeout=1200000 "${files[@]}"

@@ -3,7 +3,7 @@
  * (2,000 events): KafkaConsumer and RabbitMqConsumer processes killed
  * mid-handler; Kafka itself killed for about 30 s mid-run while a relay and a
  * consumer restart; the RabbitMQ observer's connection closed by the broker.
- * The HTTP runs are torture.test.ts, the NATS ones torture-nats.test.ts.
+ * The HTTP and NATS runs are torture.test.ts.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';

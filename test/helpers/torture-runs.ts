@@ -1,9 +1,4 @@
-/**
- * The 20,000-event `txbox torture` runs that CI makes per transport, with and
- * without --inbox: one file each (torture.test.ts, torture-http-inbox,
- * torture-nats, torture-nats-inbox), as an --inbox run takes 200-300 s on a
- * loaded 2-core machine and the runner limits each file to 600 s.
- */
+/** The 20,000-event `txbox torture` runs that CI makes per transport, with and without --inbox (test/e2e/torture.test.ts). */
 import { it } from 'node:test';
 import assert from 'node:assert/strict';
 import { runCli } from './cli.ts';
