@@ -3,7 +3,7 @@ import { withoutPayloadText, type OutboxEvent } from '../core/envelope.ts';
 import { ConfigError, TxboxError } from '../core/errors.ts';
 import type { EventDefinition } from '../core/events.ts';
 import { canonicalEventId, inboundEventProblem, storableText } from '../core/inbound-event.ts';
-import { InboxBatchError, type InboxOutcome, type InboxStore } from '../core/inbox-ports.ts';
+import { InboxBatchError, type InboxOutcome, type InboxStore, type RunBatchOptions } from '../core/inbox-ports.ts';
 import type { Logger } from '../core/logger.ts';
 import { silentLogger } from '../core/logger.ts';
 import type { SqlExecutor } from '../core/ports.ts';
@@ -18,6 +18,8 @@ import { recordInboxMetrics } from './inbox-metrics.ts';
 export const STORE_REFUSAL_ATTEMPTS = 3;
 /** Held rows whose keys one re-check looks at, at most (`recheckHeld`). */
 export const HELD_RECHECK_ROWS = 100;
+/** Keys run at once when a batch is redone one event at a time (each key's events still one after another). */
+const ALONE_KEYS = 4;
 /** Events whose refusals are counted in memory at most (the oldest is forgotten first). */
 const REFUSALS_TRACKED = 10_000;
 
@@ -70,9 +72,11 @@ export interface InboxOptions<Tx = SqlExecutor> {
   /**
    * Group commit: `process` calls made at the same time (consumers handle many
    * keys at once) share one transaction of up to `maxSize` events, with up to
-   * `concurrency` such transactions at once. If a handler fails, that batch is
-   * redone one event at a time, so one failure never affects another event.
-   * `maxSize: 1` turns it off. Default: `{ maxSize: 64, concurrency: 2 }`.
+   * `concurrency` such transactions at once. An event held for a version gap
+   * (HoldEvent) is kept in the batch's transaction (the batch runs again with
+   * each handler in a savepoint). If a handler fails, that batch is redone one
+   * event at a time (a few keys at once, each key's events in order), so one
+   * failure never affects another event. `maxSize: 1` turns it off. Default: `{ maxSize: 64, concurrency: 2 }`.
    */
   readonly batch?: { readonly maxSize?: number; readonly concurrency?: number };
 }
@@ -296,7 +300,7 @@ export class Inbox<Tx = SqlExecutor> {
     }
   }
 
-  /** One transaction for the whole batch; if a handler throws, the batch is redone one event at a time. */
+  /** One transaction for the whole batch (holds included); if a handler throws, the batch is redone one event at a time. */
   async #flush(batch: Pending[]): Promise<void> {
     if (batch.length === 1) {
       const item = batch[0]!;
@@ -316,20 +320,35 @@ export class Inbox<Tx = SqlExecutor> {
       if (typed === null) alone.push(item); // invalid payload: the single path records it dead
       else prepared.push({ item, typed, handler: entry.handler });
     }
-    let result: { ran: boolean[]; heldKeys: string[] } | null = null;
+    let result: { ran: boolean[]; heldKeys: string[]; held?: boolean[] } | null = null;
+    // Hold reasons in handler order (a batch's handlers run one after another): the i-th held event's is reasons[i].
+    const reasons: string[] = [];
     if (prepared.length > 0) {
-      try {
-        const byTyped = new Map(prepared.map((p) => [p.typed, p]));
-        result = await this.#store.runBatch(
+      const byTyped = new Map(prepared.map((p) => [p.typed, p]));
+      const run = (options?: RunBatchOptions) =>
+        this.#store.runBatch(
           this.consumer,
           prepared.map((p) => p.typed),
           (tx, e) => {
             const p = byTyped.get(e)!;
             return Promise.resolve(runTraced(p.item.trace, () => p.handler(e, tx)));
           },
+          options,
         );
-      } catch {
-        result = null; // a handler threw or held: redo one by one below
+      try {
+        result = await run();
+      } catch (thrown) {
+        // A version gap: the batch once more with each handler in a savepoint, the held ones kept in the same
+        // transaction (savepoints cost two statements an event, hence not on the first try). Anything else,
+        // or a failure of that second run: one by one below, where each failure gets its own outcome.
+        if (thrown instanceof InboxBatchError && thrown.cause instanceof HoldEvent) {
+          const holdReason = (err: unknown): string | null => {
+            if (!(err instanceof HoldEvent)) return null;
+            reasons.push(storableText(err.message));
+            return reasons.at(-1)!;
+          };
+          result = await run({ holdReason }).catch(() => null);
+        }
       }
     }
     if (result) {
@@ -337,9 +356,14 @@ export class Inbox<Tx = SqlExecutor> {
       // Held events of these keys run before the callers hear back: a caller then sends the
       // key's next event, which must find the released ones applied, not race them.
       for (const key of result.heldKeys) await this.#releaseHeldSafely(key);
+      let h = 0;
       prepared.forEach((p, i) => {
         const e = p.item.event;
-        if (result!.ran[i]) {
+        if (result!.held?.[i]) {
+          this.#refusals.delete(e.id);
+          this.events.fire('held', { id: e.id, type: e.type, keyHash: keyHash(e.key), reason: reasons[h++] ?? '' });
+          p.item.resolve({ status: 'held' });
+        } else if (result!.ran[i]) {
           this.events.fire('processed', { id: e.id, type: e.type, durationMs, occurredAt: e.occurredAt });
           p.item.resolve({ status: 'processed' });
         } else {
@@ -354,29 +378,42 @@ export class Inbox<Tx = SqlExecutor> {
   }
 
   /**
-   * Each event in its own transaction, in submission order. A key whose event
+   * Each event in its own transaction, each key's in submission order (up to
+   * ALONE_KEYS keys at once). A key whose event
    * must be retried (or whose store call failed: an outage, only its caller
    * retries) stops: its later events (processInOrder) get the same outcome or
    * error and wait for the retry; the other keys go on.
    */
   async #processEachInOrder(items: readonly Pending[]): Promise<void> {
-    const failedKeys = new Map<string, { outcome: InboxOutcome } | { error: unknown }>();
+    // Keys are independent: up to ALONE_KEYS of them at once, each key's events one after another.
+    const byKey = new Map<string, Pending[]>();
     for (const item of items) {
-      const stopped = failedKeys.get(item.event.key);
-      if (stopped) {
-        if ('outcome' in stopped) item.resolve(stopped.outcome);
-        else item.reject(stopped.error);
-        continue;
-      }
-      try {
-        const outcome = await this.#processAlone(item.event, item.trace);
-        if (outcome.status === 'retry') failedKeys.set(item.event.key, { outcome });
-        item.resolve(outcome);
-      } catch (err) {
-        failedKeys.set(item.event.key, { error: err });
-        item.reject(err);
-      }
+      const run = byKey.get(item.event.key);
+      if (run) run.push(item);
+      else byKey.set(item.event.key, [item]);
     }
+    const runs = [...byKey.values()];
+    const worker = async (): Promise<void> => {
+      for (let run = runs.shift(); run; run = runs.shift()) {
+        let stopped: { outcome: InboxOutcome } | { error: unknown } | undefined;
+        for (const item of run) {
+          if (stopped) {
+            if ('outcome' in stopped) item.resolve(stopped.outcome);
+            else item.reject(stopped.error);
+            continue;
+          }
+          try {
+            const outcome = await this.#processAlone(item.event, item.trace);
+            if (outcome.status === 'retry') stopped = { outcome };
+            item.resolve(outcome);
+          } catch (err) {
+            stopped = { error: err };
+            item.reject(err);
+          }
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(ALONE_KEYS, runs.length) }, worker));
   }
 
   async #processAlone(event: OutboxEvent, trace: ConsumerTrace | undefined): Promise<InboxOutcome> {

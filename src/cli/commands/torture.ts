@@ -146,6 +146,14 @@ export function renderTortureReport(r: TortureReport): string {
       `    projection        ${mark(i.projectionMismatches)} keys not at their last committed version`,
       `    inbox unsettled   ${fmt(i.inboxUnsettled)} rows not processed`,
     );
+    if (i.stats) {
+      const b = i.stats.broker;
+      const broker = ['received', 'dead', 'rejected', 'released', 'redelivered', 'reclaimed', 'extended'].filter((k) => (b[k] ?? 0) > 0).map((k) => `${k} ${fmt(b[k]!)}`);
+      const n = (k: string): string => fmt(i.stats!.inbox[k] ?? 0);
+      lines.push(`    consumers saw     processed ${n('processed')}, duplicates ${n('duplicate')}, held ${n('held')}, retried ${n('retried')}, dead ${n('dead')}${broker.length > 0 ? `; broker consumer: ${broker.join(', ')}` : ''}`);
+    }
+    // How the consumers caught up: a stall (flat) tells apart from a slow drain (rising) when the drain times out.
+    if (r.timedOut) lines.push(`    applied in drain  ${r.drainTimeline.map(([s, n]) => `${s} s ${fmt(n)}`).join(' · ')}`);
   }
   lines.push(
     `  elapsed ${ms(r.elapsedMs)}: producing ${ms(r.produceMs)} (${fmt(Math.round(r.committed / Math.max(0.001, r.produceMs / 1000)))} events/s), drain ${ms(r.drainMs)}${r.timedOut ? ' (drain timed out)' : ''}`,

@@ -50,6 +50,8 @@ export interface InboxCheck {
   readonly consumerRestarts: number;
   /** Consumer processes that exited without being killed (each was replaced). */
   readonly consumerCrashes: number;
+  /** What the consumer processes saw, summed (filled in once they stopped). */
+  readonly stats?: ConsumerStats;
 }
 
 interface Slot {
@@ -59,6 +61,18 @@ interface Slot {
   exited: Promise<void>;
   /** Set while the fleet itself stops or kills the child: its exit is no crash. */
   expected: boolean;
+  /** The last `stats` line of the current process. */
+  stats: ConsumerStats | undefined;
+}
+
+/** Counts of what the consumer processes saw: the inbox's outcomes and the broker consumer's own `stats`. */
+export interface ConsumerStats {
+  readonly inbox: Record<string, number>;
+  readonly broker: Record<string, number>;
+}
+
+function addStats(into: { inbox: Record<string, number>; broker: Record<string, number> }, s: ConsumerStats): void {
+  for (const part of ['inbox', 'broker'] as const) for (const [k, v] of Object.entries(s[part])) if (typeof v === 'number') into[part][k] = (into[part][k] ?? 0) + v;
 }
 
 /** How long a slot may take to get a process that prints `ready` (it waits for an unreachable broker meanwhile), over all attempts. */
@@ -82,6 +96,8 @@ export class ConsumerFleet {
   #stopping = false;
   /** Consumer processes that exited without being told to (each is replaced). */
   #unexpectedExits = 0;
+  /** The stats of processes that exited, summed. */
+  readonly #exitedStats = { inbox: {} as Record<string, number>, broker: {} as Record<string, number> };
 
   constructor(o: ConsumerFleetOptions) {
     if (!INBOX_TRANSPORTS.includes(o.transport.type)) {
@@ -98,7 +114,7 @@ export class ConsumerFleet {
     await db.query(`CREATE TABLE "${s}".torture_applied (n bigserial PRIMARY KEY, event_id uuid NOT NULL, key text NOT NULL, version integer NOT NULL)`);
     for (let slot = 0; slot < this.#o.count; slot++) {
       const port = this.#o.transport.type === 'http' ? await freePort() : undefined;
-      const s: Slot = { slot, port, child: undefined, exited: Promise.resolve(), expected: false };
+      const s: Slot = { slot, port, child: undefined, exited: Promise.resolve(), expected: false, stats: undefined };
       this.#slots.push(s);
       await this.#spawnWithRetry(s);
     }
@@ -137,7 +153,27 @@ export class ConsumerFleet {
     child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-2000)));
     s.child = child;
     s.expected = false;
-    s.exited = new Promise((resolve) => child.once('close', () => resolve()));
+    s.stats = undefined;
+    let buffered = '';
+    child.stdout!.on('data', (d: Buffer) => {
+      const lines = (buffered + d.toString()).split('\n');
+      buffered = lines.pop()!;
+      for (const line of lines) {
+        if (!line.startsWith('stats ')) continue;
+        try {
+          s.stats = JSON.parse(line.slice(6)) as ConsumerStats;
+        } catch {
+          // a torn line: the next one comes within a second
+        }
+      }
+    });
+    s.exited = new Promise((resolve) =>
+      child.once('close', () => {
+        if (s.stats) addStats(this.#exitedStats, s.stats);
+        s.stats = undefined;
+        resolve();
+      }),
+    );
     let timer: NodeJS.Timeout | undefined;
     try {
       await new Promise<void>((resolve, reject) => {
@@ -177,10 +213,17 @@ export class ConsumerFleet {
     await this.#spawnWithRetry(s);
   }
 
-  /** Cheap progress test for the drain: as many distinct events applied as committed. */
-  async caughtUp(db: PostgresConnection, log: CommittedLog): Promise<boolean> {
+  /** What every consumer process of the run saw so far (the exited ones' last report included). */
+  stats(): ConsumerStats {
+    const sum = { inbox: { ...this.#exitedStats.inbox }, broker: { ...this.#exitedStats.broker } };
+    for (const slot of this.#slots) if (slot.stats) addStats(sum, slot.stats);
+    return sum;
+  }
+
+  /** Distinct events applied so far (for the progress line and the drain's timeline). */
+  async appliedCount(db: PostgresConnection): Promise<number> {
     const { rows } = await db.query<{ n: number }>(`SELECT count(DISTINCT event_id)::int AS n FROM "${this.#o.schema}".torture_applied`);
-    return Number(rows[0]?.n ?? 0) >= log.committed;
+    return Number(rows[0]?.n ?? 0);
   }
 
   async check(db: PostgresConnection, log: CommittedLog): Promise<InboxCheck> {

@@ -41,6 +41,17 @@ inbox.events.on('processed', () => {
   if (crash === 'after-commit') process.kill(process.pid, 'SIGKILL');
 });
 
+// What this process saw, on stdout as `stats {json}` every second (and at SIGTERM): the fleet sums them over the run's
+// processes for the report, so that a drain that times out says whether events went dead, held or unseen.
+const counts = { processed: 0, duplicate: 0, held: 0, retried: 0, dead: 0 };
+inbox.events.on('processed', () => counts.processed++);
+inbox.events.on('duplicate', () => counts.duplicate++);
+inbox.events.on('held', () => counts.held++);
+inbox.events.on('failed', (e) => (e.dead ? counts.dead++ : counts.retried++));
+let brokerStats: () => Record<string, number> = () => ({});
+const reportStats = (): void => void process.stdout.write(`stats ${JSON.stringify({ inbox: counts, broker: brokerStats() })}\n`);
+setInterval(reportStats, 1000).unref();
+
 let stop: () => Promise<void>;
 if (transport.type === 'http') {
   const { createWebhookConsumer } = await import('../../transports/http/index.ts');
@@ -59,12 +70,14 @@ if (transport.type === 'http') {
     inbox,
   });
   await consumer.start();
+  brokerStats = () => ({ ...consumer.stats });
   stop = () => consumer.stop();
 } else if (transport.type === 'nats') {
   const { NatsConsumer } = await import('../../transports/nats/index.ts');
   const streams = transport.streams as Record<string, string>;
   const consumer = new NatsConsumer({ servers: transport.servers as string, stream: streams.orders!, durable: consumerGroupOf(settings.run), inbox, ackWaitMs: 3000, deadLetterSubject: null });
   await consumer.start();
+  brokerStats = () => ({ ...consumer.stats });
   stop = () => consumer.stop();
 } else if (transport.type === 'kafka') {
   const { KafkaConsumer } = await import('../../transports/kafka/index.ts');
@@ -84,6 +97,7 @@ if (transport.type === 'http') {
     inbox,
   });
   await consumer.start();
+  brokerStats = () => ({ ...consumer.stats });
   stop = () => consumer.stop();
 } else if (transport.type === 'rabbitmq') {
   const { RabbitMqConsumer } = await import('../../transports/rabbitmq/index.ts');
@@ -102,6 +116,7 @@ if (transport.type === 'http') {
   await consumer.start();
   // Bound before `ready`, so before the relays start: nothing published is missed by the queue.
   await bindConsumerQueue(transport);
+  brokerStats = () => ({ ...consumer.stats });
   stop = () => consumer.stop();
 } else if (transport.type === 'pubsub') {
   const { PubSubConsumer } = await import('../../transports/pubsub/index.ts');
@@ -118,6 +133,7 @@ if (transport.type === 'http') {
     inbox,
   });
   await consumer.start();
+  brokerStats = () => ({ ...consumer.stats });
   stop = () => consumer.stop();
 } else if (transport.type === 'sqs') {
   const { SqsConsumer } = await import('../../transports/sqs/index.ts');
@@ -135,12 +151,14 @@ if (transport.type === 'http') {
     inbox,
   });
   await consumer.start();
+  brokerStats = () => ({ ...consumer.stats });
   stop = () => consumer.stop();
 } else {
   throw new Error(`txbox torture --inbox: no consumer process for transport ${transport.type}`);
 }
 process.once('SIGTERM', () => {
   void stop()
+    .then(reportStats)
     .then(() => connection.close())
     .then(() => process.exit(0));
 });

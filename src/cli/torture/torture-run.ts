@@ -65,6 +65,8 @@ export interface TortureReport {
   readonly produceMs: number;
   readonly drainMs: number;
   readonly timedOut: boolean;
+  /** --inbox: distinct events applied at the start of the drain and every 30 s of it (with its end), [seconds into the drain, applied]. */
+  readonly drainTimeline: ReadonlyArray<readonly [number, number]>;
   readonly interrupted: boolean;
   /** Why the fault loop failed (a relay or consumer could not be restarted), which ended the run early; null when it did not. */
   readonly faultError: string | null;
@@ -201,9 +203,20 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
 
     const produceStarted = performance.now();
     const deadline = o.durationMs > 0 ? produceStarted + o.durationMs : Infinity;
+    // --inbox: the consumers' progress, counted once a second beside the ticker (one query at a time).
+    let applied = 0;
+    let counting = false;
     const ticker = setInterval(() => {
+      if (consumers && !counting) {
+        counting = true;
+        consumers
+          .appliedCount(db)
+          .then((n) => (applied = n))
+          .catch(() => {})
+          .finally(() => (counting = false));
+      }
       io.onProgress(
-        `committed ${log.committed} | rolled back tx ${log.rolledBackTransactions} | ${!observes(o.transport, o.inbox) ? `${o.transport === 'http' ? 'posted' : 'published'} to the inbox consumers` : `delivered ${observer.arrivals.length} (with duplicates)`} | kills ${kills.length}/${plan.kills} | pauses ${pauses} | terminated ${terminatedSessions}${consumers ? ` | consumer kills ${consumerKills}` : ''}`,
+        `committed ${log.committed} | rolled back tx ${log.rolledBackTransactions} | ${!observes(o.transport, o.inbox) ? `${o.transport === 'http' ? 'posted' : 'published'} to the inbox consumers` : `delivered ${observer.arrivals.length} (with duplicates)`}${consumers ? ` | applied ${applied}` : ''} | kills ${kills.length}/${plan.kills} | pauses ${pauses} | terminated ${terminatedSessions}${consumers ? ` | consumer kills ${consumerKills}` : ''}`,
       );
     }, 1000);
     try {
@@ -223,20 +236,29 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
       const committedIds = [...log.committedAt.keys()];
       let missing = committedIds.length;
       const observing = observes(o.transport, o.inbox);
+      const drainTimeline: Array<readonly [number, number]> = [];
       while (performance.now() < drainDeadline && !io.signal.aborted && faultError === null) {
         if (observing) {
           for (; scanned < observer.arrivals.length; scanned++) seen.add(observer.arrivals[scanned]!.id);
           missing = committedIds.filter((id) => !seen.has(id)).length;
         } else missing = 0;
-        const inboxDone = consumers ? await consumers.caughtUp(db, log) : true;
+        let inboxDone = true;
+        if (consumers) {
+          const n = await consumers.appliedCount(db);
+          const at = Math.round((performance.now() - drainStarted) / 1000);
+          if (drainTimeline.length === 0 || at >= drainTimeline.at(-1)![0] + 30) drainTimeline.push([at, n]);
+          inboxDone = n >= log.committed;
+          if (inboxDone || performance.now() + 250 >= drainDeadline) drainTimeline.push([at, n]);
+        }
         if (missing === 0 && inboxDone) break;
         await sleep(250);
       }
       const drainMs = performance.now() - drainStarted;
       const timedOut = performance.now() >= drainDeadline;
       const relaysNotStopping = await relays.stopAll(15_000);
-      const inbox = consumers ? await consumers.check(db, log) : undefined;
+      const checked = consumers ? await consumers.check(db, log) : undefined;
       await bounded(consumers?.stopAll(), 20_000, 'stopping the consumer processes', io);
+      const inbox = checked && { ...checked, stats: consumers!.stats() };
 
       leases.stop();
       const violations = observing ? orderViolationSamples(log.byKey, observer.arrivals) : [];
@@ -278,6 +300,7 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
         produceMs,
         drainMs,
         timedOut,
+        drainTimeline,
         interrupted: io.signal.aborted,
         faultError,
         logTail: relays.logTail,
