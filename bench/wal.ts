@@ -14,6 +14,7 @@
  * BENCH_DRAIN_REPEAT (2, interleaved), BENCH_SECTIONS (latency,claims,producer,slots,drain),
  * BENCH_MARKS (async; `async,sync` compares the relay store's synchronousMarks in the latency section),
  * BENCH_LATENCY_ROUNDS (1), BENCH_PRODUCERS (child: the latency section's producers in a process of their own),
+ * BENCH_LANES (the latency section's relay lanes; default: the relay's),
  * BENCH_DRAIN_NODE_FLAGS (`|`-separated node flag sets for the drain's relay process, each run
  * interleaved with the others, e.g. `|--max-semi-space-size=4`; default: one set, none).
  *
@@ -32,7 +33,8 @@
 import pg from 'pg';
 import { createRelay } from 'txbox';
 import { readFileSync } from 'node:fs';
-import { dropPublication, pgConnection, PostgresRelayStore, walSlots } from 'txbox/postgres';
+import { dropPublication, ensurePublication, pgConnection, PostgresRelayStore, walNames, walSlots } from 'txbox/postgres';
+import { openWalStream } from '../src/stores/postgres/pg-wal-stream.ts';
 import { Backlog, benchOutbox, DATABASE_URL, NoopTransport, envInt, envList, fmtInt, log, mb, median, orderEvent, pacedCommits, percentile, perSec, printTable, resetOutbox, settle, summary, withBench, type Bench } from './lib.ts';
 import { fmtMs, measureCommitToAck, produceInChild } from './commit-to-ack.ts';
 import { startRelayWorker } from './relay-process.ts';
@@ -61,6 +63,8 @@ const MARKS = (process.env.BENCH_MARKS ?? 'async').split(',').filter((m): m is '
 const PRODUCERS_IN_CHILD = process.env.BENCH_PRODUCERS === 'child';
 /** BENCH_LATENCY_ROUNDS: repeats of the latency section (default 1). */
 const LATENCY_ROUNDS = envInt('BENCH_LATENCY_ROUNDS', 1);
+/** BENCH_LANES: the latency section's relay lanes (0: the relay's default). */
+const LATENCY_LANES = envInt('BENCH_LANES', 0);
 
 /**
  * The ceiling of the latency section at `rate`: the same producers (8 connections, single-event
@@ -69,12 +73,64 @@ const LATENCY_ROUNDS = envInt('BENCH_LATENCY_ROUNDS', 1);
  * table once after a commit reaches it (the WAL mode's claim by seq) publishes no sooner than such a
  * round trip after the commit, on this machine under this load; also the producers' own COMMIT
  * round trip, which the WAL message arrives with.
+ * Also the WAL ceiling: a logical replication stream of its own hears each commit and reads the
+ * committed row once at once (the floor of a WAL-woken relay), from the server's commit and from
+ * the producer's COMMIT returning (the relays' clock).
  */
-async function latencyCeiling(bench: Bench, rate: number): Promise<{ select: number[]; commit: number[] }> {
+async function latencyCeiling(bench: Bench, rate: number): Promise<{ select: number[]; commit: number[]; wal: number[]; walSelect: number[]; walRead: number[] }> {
   await resetOutbox(bench);
   await settle(bench);
   const probe = new pg.Client({ connectionString: DATABASE_URL });
   await probe.connect();
+  // The WAL ceiling: the same commits heard through a logical replication stream of their own (the relay's
+  // socket-level reader, pg-wal-stream.ts, and nothing above it) and, at once, a bare primary-key SELECT of the
+  // committed row on one of 2 connections (the relay's 2 lanes): what no WAL-woken relay that reads the table
+  // once after hearing a commit can beat on this machine under this load.
+  const now = (): number => performance.timeOrigin + performance.now();
+  const walProbes = await Promise.all([0, 1].map(async () => {
+    const c = new pg.Client({ connectionString: DATABASE_URL });
+    await c.connect();
+    return c;
+  }));
+  const wal: number[] = [];
+  const walSelect: number[] = [];
+  /** When the WAL reader's SELECT returned each event id: against the producer's COMMIT return, as the relays are measured. */
+  const readAt = new Map<string, number>();
+  const fromProducer = (committed: Iterable<readonly [string, number]>): number[] => {
+    const xs: number[] = [];
+    for (const [id, t] of committed) {
+      const r = readAt.get(id);
+      if (r !== undefined) xs.push(r - t);
+    }
+    return xs.sort((a, b) => a - b);
+  };
+  const inFlight = new Set<Promise<unknown>>();
+  let turn = 0;
+  await ensurePublication(bench.connection, bench.names);
+  const stream = await openWalStream({
+    client: bench.connection.replicationConfig!() as never,
+    slot: `${walNames(bench.names).slotPrefix}ceiling`,
+    publication: walNames(bench.names).publication,
+    onCommit: (commit) => {
+      const arrived = now();
+      wal.push(arrived - commit.commitTimeMs);
+      const seq = commit.seqs[0];
+      if (seq === undefined) return;
+      const q = walProbes[turn++ % 2]!.query<{ id: string }>({ name: 'wal-ceiling-read', text: `SELECT seq, id::text AS id FROM "${bench.schema}".outbox WHERE seq = $1`, values: [seq] }).then((r) => {
+        const at = now();
+        walSelect.push(at - commit.commitTimeMs);
+        if (r.rows[0]) readAt.set(r.rows[0].id, at);
+      });
+      inFlight.add(q);
+      void q.finally(() => inFlight.delete(q));
+    },
+    onEnd: (err) => log(`WAL ceiling: the stream ended: ${err.message}`),
+  });
+  const endWal = async (): Promise<void> => {
+    await Promise.allSettled([...inFlight]);
+    await stream.close();
+    await Promise.all(walProbes.map((c) => c.end()));
+  };
   const select: number[] = [];
   let running = true;
   const probing = (async () => {
@@ -86,14 +142,16 @@ async function latencyCeiling(bench: Bench, rate: number): Promise<{ select: num
     }
   })();
   if (PRODUCERS_IN_CHILD) {
+    let commits: readonly (readonly [string, number])[] = [];
     try {
-      await produceInChild({ schema: bench.schema, rate, seconds: SECONDS, clients: 8, keys: KEYS, perTx: 1, notify: false });
+      commits = (await produceInChild({ schema: bench.schema, rate, seconds: SECONDS, clients: 8, keys: KEYS, perTx: 1, notify: false })).commits;
     } finally {
       running = false;
       await probing;
       await probe.end();
+      await endWal();
     }
-    return { select: select.sort((a, b) => a - b), commit: [] };
+    return { select: select.sort((a, b) => a - b), commit: [], wal: wal.sort((a, b) => a - b), walSelect: walSelect.sort((a, b) => a - b), walRead: fromProducer(commits) };
   }
   const outbox = benchOutbox(bench, false);
   const clients = await Promise.all(Array.from({ length: 8 }, async () => {
@@ -102,8 +160,9 @@ async function latencyCeiling(bench: Bench, rate: number): Promise<{ select: num
     return c;
   }));
   const commit: number[] = [];
+  let committedAt = new Map<string, number>();
   try {
-    await pacedCommits({ rate, seconds: SECONDS, clients: clients.length }, async (t, i) => {
+    ({ committedAt } = await pacedCommits({ rate, seconds: SECONDS, clients: clients.length }, async (t, i) => {
       const c = clients[i]!;
       await c.query('BEGIN');
       const ids = await outbox.enqueue(c, orderEvent(t, t % KEYS));
@@ -111,13 +170,14 @@ async function latencyCeiling(bench: Bench, rate: number): Promise<{ select: num
       await c.query('COMMIT');
       commit.push(performance.now() - at);
       return ids;
-    });
+    }));
   } finally {
     running = false;
     await probing;
     await Promise.all([...clients, probe].map((c) => c.end()));
+    await endWal();
   }
-  return { select: select.sort((a, b) => a - b), commit: commit.sort((a, b) => a - b) };
+  return { select: select.sort((a, b) => a - b), commit: commit.sort((a, b) => a - b), wal: wal.sort((a, b) => a - b), walSelect: walSelect.sort((a, b) => a - b), walRead: fromProducer([...committedAt].map(([id, t]) => [id, performance.timeOrigin + t] as const)) };
 }
 
 /**
@@ -259,12 +319,19 @@ await withBench('wal', async (bench) => {
         const q = (xs: number[], p: number): string => fmtMs(percentile(xs, p));
         log(`ceiling ${rate}/s, no relay: a bare primary-key SELECT during the same commits p50 ${q(ceiling.select, 50)} ms, p99 ${q(ceiling.select, 99)} ms (${fmtInt(ceiling.select.length)} probes); the producers' COMMIT round trip p50 ${q(ceiling.commit, 50)} ms, p99 ${q(ceiling.commit, 99)} ms`);
         latency.push([`ceiling: bare PK SELECT`, String(rate), '-', '-', q(ceiling.select, 50), q(ceiling.select, 90), q(ceiling.select, 99), q(ceiling.select, 100)]);
+        log(`ceiling ${rate}/s, no relay: server commit -> heard on a bare WAL stream p50 ${q(ceiling.wal, 50)} ms, p99 ${q(ceiling.wal, 99)} ms; -> then one PK SELECT of the row returned p50 ${q(ceiling.walSelect, 50)} ms, p99 ${q(ceiling.walSelect, 99)} ms (${fmtInt(ceiling.walSelect.length)} commits)`);
+        latency.push([`ceiling: WAL heard`, String(rate), '-', '-', q(ceiling.wal, 50), q(ceiling.wal, 90), q(ceiling.wal, 99), q(ceiling.wal, 100)]);
+        latency.push([`ceiling: WAL heard + 1 read`, String(rate), '-', '-', q(ceiling.walSelect, 50), q(ceiling.walSelect, 90), q(ceiling.walSelect, 99), q(ceiling.walSelect, 100)]);
+        // The relays' own figures run from the producer's COMMIT returning (the issue's commit-to-sink), which comes
+        // after the server's commit: this row is the ceiling on that same clock.
+        latency.push([`ceiling: the same, from COMMIT returned`, String(rate), '-', '-', q(ceiling.walRead, 50), q(ceiling.walRead, 90), q(ceiling.walRead, 99), q(ceiling.walRead, 100)]);
+        summary('wal', `ceiling @${rate}/s (no relay): server commit -> heard on a bare WAL stream and one PK SELECT of the row returned p50 ${q(ceiling.walSelect, 50)} ms, p99 ${q(ceiling.walSelect, 99)} ms (heard alone p50 ${q(ceiling.wal, 50)} ms, p99 ${q(ceiling.wal, 99)} ms); from the producer's COMMIT returned, as the relays are measured: p50 ${q(ceiling.walRead, 50)} ms, p99 ${q(ceiling.walRead, 99)} ms`);
         summary('wal', `ceiling @${rate}/s (no relay): a bare primary-key SELECT round trip during the same commits p50 ${q(ceiling.select, 50)} ms, p99 ${q(ceiling.select, 99)} ms; producers' COMMIT p50 ${q(ceiling.commit, 50)} ms, p99 ${q(ceiling.commit, 99)} ms`);
         for (const wake of MODES) {
           for (const marks of round % 2 === 0 ? MARKS : [...MARKS].reverse()) {
             const mode = MARKS.length > 1 ? `${wake}, ${marks} marks` : wake;
             const stages = new StageTrace(() => performance.timeOrigin + performance.now());
-            const r = await measureCommitToAck(bench, { rate, seconds: SECONDS, clients: 8, keys: KEYS, notify: wake === 'notify', pollIntervalMs: 1000, wake, transport: 'noop', stages, synchronousMarks: marks === 'sync', producersInChild: PRODUCERS_IN_CHILD });
+            const r = await measureCommitToAck(bench, { rate, seconds: SECONDS, clients: 8, keys: KEYS, notify: wake === 'notify', pollIntervalMs: 1000, wake, transport: 'noop', stages, synchronousMarks: marks === 'sync', producersInChild: PRODUCERS_IN_CHILD, ...(LATENCY_LANES > 0 ? { lanes: LATENCY_LANES } : {}) });
             log(`${mode} ${rate}/s: ${fmtInt(r.acked)}/${fmtInt(r.produced)} acked, p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms, max ${fmtMs(r.max)} ms (target in WAL mode: p50 <= 1.0, p99 <= 5); event-loop delay p99 ${fmtMs(r.loopDelayP99)} ms; stages:`);
             for (const line of stages.lines()) console.log(line);
             latency.push([mode, String(rate), fmtInt(r.achievedRate), `${fmtInt(r.acked)}/${fmtInt(r.produced)}`, fmtMs(r.p50), fmtMs(r.p90), fmtMs(r.p99), fmtMs(r.max)]);
