@@ -7,28 +7,46 @@ export interface TcpProxy {
   close(): Promise<void>;
   /** Accepts connections again on the same port. */
   open(): Promise<void>;
+  /** From now on, new connections are accepted but not forwarded (a server slow to answer) until `release()`. */
+  hold(): void;
+  /** Forwards the held connections, and new ones again. */
+  release(): void;
+  /** Connections accepted and held. */
+  readonly held: number;
+  /** Cuts every connection, keeps accepting new ones. */
+  cut(): void;
 }
 
 export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<TcpProxy> {
   const sockets = new Set<Socket>();
   let server: Server;
   let port = 0;
+  let holding = false;
+  const held: Socket[] = [];
   const listen = async (): Promise<void> => {
     server = createServer((client) => {
-      const upstream = connect(targetPort, targetHost);
-      sockets.add(client).add(upstream);
-      const drop = (): void => {
-        client.destroy();
-        upstream.destroy();
-        sockets.delete(client);
-        sockets.delete(upstream);
-      };
-      client.on('error', drop).on('close', drop);
-      upstream.on('error', drop).on('close', drop);
-      client.pipe(upstream).pipe(client);
+      if (holding) {
+        held.push(client);
+        sockets.add(client);
+        return;
+      }
+      forward(client);
     });
     await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
     port = (server.address() as AddressInfo).port;
+  };
+  const forward = (client: Socket): void => {
+    const upstream = connect(targetPort, targetHost);
+    sockets.add(client).add(upstream);
+    const drop = (): void => {
+      client.destroy();
+      upstream.destroy();
+      sockets.delete(client);
+      sockets.delete(upstream);
+    };
+    client.on('error', drop).on('close', drop);
+    upstream.on('error', drop).on('close', drop);
+    client.pipe(upstream).pipe(client);
   };
   await listen();
   return {
@@ -41,5 +59,19 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
     open: listen,
+    hold: () => {
+      holding = true;
+    },
+    release: () => {
+      holding = false;
+      for (const c of held.splice(0)) if (!c.destroyed) forward(c);
+    },
+    get held() {
+      return held.length;
+    },
+    cut: () => {
+      for (const s of sockets) s.destroy();
+      sockets.clear();
+    },
   };
 }

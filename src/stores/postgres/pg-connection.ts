@@ -56,6 +56,8 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
   // An idle client that loses its server emits on the pool; without a handler the process would crash.
   pool.on('error', (err) => logger.warn({ err: err.message }, 'txbox: idle database connection failed'));
   const listeners = new Set<pg.Client>();
+  /** LISTEN clients still connecting: a stop destroys their sockets (end() would wait for a server that may never answer). */
+  const connecting = new Set<pg.Client>();
 
   // Array parameters go as the text pg would build for them (cheaper, the same bytes). On a pool
   // txbox opened, rows are read with pg's parsers but an empty text[] without the array parser;
@@ -84,21 +86,48 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
     },
     replicationConfig: () => ({ ...pool.options }),
     async listen(channel, onNotify) {
-      // A dedicated client: a pooled one would be handed to other queries.
+      // A dedicated client: a pooled one would be handed to other queries. One attempt at a time: a
+      // lost connection schedules one reconnect, a failed attempt the next. A stop ends the client
+      // being connected too (its socket is destroyed; pg's connect() then never settles, and nothing
+      // waits for it), and an attempt that completes after a stop ends its client at once.
       let client: pg.Client | undefined;
       let stopped = false;
       let retry: NodeJS.Timeout | undefined;
+      let attempt: pg.Client | undefined;
+      const schedule = (ms: number): void => {
+        if (stopped || retry !== undefined || attempt !== undefined) return;
+        retry = setTimeout(() => {
+          retry = undefined;
+          reconnect();
+        }, ms);
+      };
       const connect = async (): Promise<void> => {
         const c = new pg.Client(pool.options);
+        attempt = c;
+        connecting.add(c);
         c.on('notification', () => onNotify());
         c.on('error', (err) => {
-          logger.warn({ err: err.message }, 'txbox: LISTEN connection lost; polling until it is back');
           listeners.delete(c);
           c.end().catch(() => {});
-          if (!stopped) retry = setTimeout(reconnect, 1000);
+          if (c !== client) return; // an attempt's failure: its connect() rejects, and reconnect() retries
+          client = undefined;
+          logger.warn({ err: err.message }, 'txbox: LISTEN connection lost; polling until it is back');
+          schedule(1000);
         });
-        await c.connect();
-        await c.query(`LISTEN "${channel}"`);
+        try {
+          await c.connect();
+          await c.query(`LISTEN "${channel}"`);
+        } catch (err) {
+          abandon(c);
+          throw err;
+        } finally {
+          connecting.delete(c);
+          if (attempt === c) attempt = undefined;
+        }
+        if (stopped) {
+          await c.end().catch(() => {});
+          return;
+        }
         listeners.add(c);
         client = c;
         onNotify(); // catch up on anything committed while not listening
@@ -106,13 +135,14 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
       const reconnect = (): void => {
         connect().catch((err: Error) => {
           logger.warn({ err: err.message }, 'txbox: LISTEN reconnect failed; will retry');
-          if (!stopped) retry = setTimeout(reconnect, 2000);
+          schedule(2000);
         });
       };
       await connect();
       return async () => {
         stopped = true;
         clearTimeout(retry);
+        if (attempt) abandon(attempt);
         if (client) {
           listeners.delete(client);
           await client.end().catch(() => {});
@@ -120,9 +150,21 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
       };
     },
     async close() {
+      for (const c of connecting) abandon(c);
       for (const c of listeners) await c.end().catch(() => {});
       listeners.clear();
       if (owned) await pool.end();
     },
   };
+}
+
+/**
+ * Gives up a client that may still be connecting: its socket is destroyed at
+ * once. `end()` alone would half-close it and wait for the server's answer,
+ * which a server that stopped answering never sends (and pg's `connect()`
+ * never settles after an `end()`: nothing may wait for it).
+ */
+function abandon(c: pg.Client): void {
+  c.end().catch(() => {});
+  (c as unknown as { connection?: { stream?: { destroy?: () => void } } }).connection?.stream?.destroy?.();
 }
