@@ -328,7 +328,7 @@ describe('PubSubConsumer on the Pub/Sub emulator and PostgreSQL', { skip }, () =
     assert.equal(await effects(name), 6, 'each event applied once');
   });
 
-  it('an outage of the connection (cut and refused for 3 s): the stream comes back by itself and nothing is lost', { timeout: 90_000 }, async () => {
+  it('an outage of the connection (cut and refused for 3 s): the stream comes back by itself and nothing is lost', { timeout: 180_000 }, async () => {
     const { topic, sub, name } = await fresh();
     const inbox = inboxFor(name);
     recording(inbox, name);
@@ -340,7 +340,12 @@ describe('PubSubConsumer on the Pub/Sub emulator and PostgreSQL', { skip }, () =
       await waitFor('the first five applied', () => consumer.stats.processed === 5, 30_000);
       await proxy.cut(3000);
       await publish(topic, Array.from({ length: 5 }, (_, i) => ev(`o${i}`, 2)));
-      await waitFor('the next five applied after the outage', () => consumer.stats.processed === 10, 60_000);
+      // 13-18 s alone; in the full suite, beside the Pub/Sub conformance suite on the same emulator, once more
+      // than 60 s (the client's stream and channel back off while the emulator is busy): a bound on liveness,
+      // with the consumer's counts in the failure.
+      await waitFor('the next five applied after the outage', () => consumer.stats.processed === 10, 150_000).catch((err: Error) => {
+        throw new Error(`${err.message}; consumer stats ${JSON.stringify(consumer.stats)}`);
+      });
       assert.equal((await consumer.health()).ready, true);
     } finally {
       await consumer.stop();
