@@ -66,6 +66,17 @@ const LATENCY_ROUNDS = envInt('BENCH_LATENCY_ROUNDS', 1);
 /** BENCH_LANES: the latency section's relay lanes (0: the relay's default). */
 const LATENCY_LANES = envInt('BENCH_LANES', 0);
 
+/** `n` pg clients of their own, connected. */
+function connectClients(n: number): Promise<pg.Client[]> {
+  return Promise.all(
+    Array.from({ length: n }, async () => {
+      const c = new pg.Client({ connectionString: DATABASE_URL });
+      await c.connect();
+      return c;
+    }),
+  );
+}
+
 /**
  * The ceiling of the latency section at `rate`: the same producers (8 connections, single-event
  * transactions, no NOTIFY) with no relay, and a probe connection in this process running a bare
@@ -87,11 +98,7 @@ async function latencyCeiling(bench: Bench, rate: number): Promise<{ select: num
   // committed row on one of 2 connections (the relay's 2 lanes): what no WAL-woken relay that reads the table
   // once after hearing a commit can beat on this machine under this load.
   const now = (): number => performance.timeOrigin + performance.now();
-  const walProbes = await Promise.all([0, 1].map(async () => {
-    const c = new pg.Client({ connectionString: DATABASE_URL });
-    await c.connect();
-    return c;
-  }));
+  const walProbes = await connectClients(2);
   const wal: number[] = [];
   const walSelect: number[] = [];
   /** When the WAL reader's SELECT returned each event id: against the producer's COMMIT return, as the relays are measured. */
@@ -154,11 +161,7 @@ async function latencyCeiling(bench: Bench, rate: number): Promise<{ select: num
     return { select: select.sort((a, b) => a - b), commit: [], wal: wal.sort((a, b) => a - b), walSelect: walSelect.sort((a, b) => a - b), walRead: fromProducer(commits) };
   }
   const outbox = benchOutbox(bench, false);
-  const clients = await Promise.all(Array.from({ length: 8 }, async () => {
-    const c = new pg.Client({ connectionString: DATABASE_URL });
-    await c.connect();
-    return c;
-  }));
+  const clients = await connectClients(8);
   const commit: number[] = [];
   let committedAt = new Map<string, number>();
   try {
@@ -240,11 +243,7 @@ function cpuMs(pid: number): number {
 /** Unpaced single-event transactions without NOTIFY from CLIENTS connections for PRODUCER_SECONDS; returns how many. */
 async function produceUnpaced(bench: Bench, notify: boolean): Promise<{ count: number; ms: number }> {
   const outbox = benchOutbox(bench, notify);
-  const clients = await Promise.all(Array.from({ length: CLIENTS }, async () => {
-    const c = new pg.Client({ connectionString: DATABASE_URL });
-    await c.connect();
-    return c;
-  }));
+  const clients = await connectClients(CLIENTS);
   let count = 0;
   const started = performance.now();
   const until = started + PRODUCER_SECONDS * 1000;

@@ -33,6 +33,16 @@ export class HoldEvent extends TxboxError {
   }
 }
 
+/** A store's `holdReason`: a HoldEvent's reason (kept in `reasons`, in handler order), null for any other error. */
+function holdReasonsInto(reasons: string[]): (err: unknown) => string | null {
+  return (err) => {
+    if (!(err instanceof HoldEvent)) return null;
+    const reason = storableText(err.message);
+    reasons.push(reason);
+    return reason;
+  };
+}
+
 export type InboxHandler<TPayload = unknown, TType extends string = string, Tx = SqlExecutor> = (
   event: OutboxEvent<TPayload, TType>,
   tx: Tx,
@@ -342,12 +352,7 @@ export class Inbox<Tx = SqlExecutor> {
         // transaction (savepoints cost two statements an event, hence not on the first try). Anything else,
         // or a failure of that second run: one by one below, where each failure gets its own outcome.
         if (thrown instanceof InboxBatchError && thrown.cause instanceof HoldEvent) {
-          const holdReason = (err: unknown): string | null => {
-            if (!(err instanceof HoldEvent)) return null;
-            reasons.push(storableText(err.message));
-            return reasons.at(-1)!;
-          };
-          result = await run({ holdReason }).catch(() => null);
+          result = await run({ holdReason: holdReasonsInto(reasons) }).catch(() => null);
         }
       }
     }
@@ -455,13 +460,12 @@ export class Inbox<Tx = SqlExecutor> {
     for (;;) {
       try {
         const typed = await this.#validate(entry, event);
-        let reason = '';
-        const holdReason = (err: unknown): string | null => (err instanceof HoldEvent ? (reason = storableText(err.message)) : null);
-        const options = holding ? { holdReason } : undefined;
+        const reasons: string[] = [];
+        const options = holding ? { holdReason: holdReasonsInto(reasons) } : undefined;
         const { ran, heldKeys, held } = await this.#store.runBatch(this.consumer, [typed], (tx, e) => Promise.resolve(runTraced(trace, () => entry.handler(e, tx))), options);
         if (held?.[0]) {
           this.#refusals.delete(event.id);
-          this.events.fire('held', { id: event.id, type: event.type, keyHash: keyHash(event.key), reason });
+          this.events.fire('held', { id: event.id, type: event.type, keyHash: keyHash(event.key), reason: reasons[0] ?? '' });
           return { outcome: { status: 'held' }, heldKeys: [] };
         }
         if (!ran[0]) {

@@ -244,16 +244,16 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
         } else missing = 0;
         let inboxDone = true;
         if (consumers) {
-          const n = await consumers.appliedCount(db);
+          applied = await consumers.appliedCount(db);
           const at = Math.round((performance.now() - drainStarted) / 1000);
-          if (drainTimeline.length === 0 || at >= drainTimeline.at(-1)![0] + 30) drainTimeline.push([at, n]);
-          inboxDone = n >= log.committed;
-          if (inboxDone || performance.now() + 250 >= drainDeadline) drainTimeline.push([at, n]);
+          if (drainTimeline.length === 0 || at >= drainTimeline.at(-1)![0] + 30) drainTimeline.push([at, applied]);
+          inboxDone = applied >= log.committed;
         }
         if (missing === 0 && inboxDone) break;
         await sleep(250);
       }
       const drainMs = performance.now() - drainStarted;
+      if (consumers) drainTimeline.push([Math.round(drainMs / 1000), applied]);
       const timedOut = performance.now() >= drainDeadline;
       const relaysNotStopping = await relays.stopAll(15_000);
       const checked = consumers ? await consumers.check(db, log) : undefined;
