@@ -22,6 +22,7 @@ import { secretCommand } from './commands/secret.ts';
 import { statusCommand } from './commands/status.ts';
 import { tortureCommand } from './commands/torture.ts';
 import { walCommand } from './commands/wal.ts';
+import { exitWhenDone } from './exit-guard.ts';
 
 const COMMANDS: Command[] = [migrateCommand, relayCommand, statusCommand, parkedCommand, replayCommand, pruneCommand, inboxCommand, dashboardCommand, secretCommand, walCommand, demoCommand, tortureCommand];
 
@@ -159,12 +160,17 @@ export async function main(argv: string[]): Promise<number> {
   }
 }
 
+/** How long a finished command's process may take to end by itself (src/cli/exit-guard.ts). */
+const EXIT_GRACE_MS = 10_000;
+
 main(process.argv.slice(2)).then(
   (code) => {
     process.exitCode = code;
+    exitWhenDone(code, EXIT_GRACE_MS);
   },
   (err: unknown) => {
     process.stderr.write(`txbox: ${String(err)}\n`);
     process.exitCode = EXIT.failure;
+    exitWhenDone(EXIT.failure, EXIT_GRACE_MS);
   },
 );

@@ -3,6 +3,8 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Admin, Consumer, Kafka } from 'kafkajs';
 import type { Transport } from '../../core/ports.ts';
+import { within } from '../../core/abort.ts';
+import type { SocketTracker } from '../../transports/kafka/kafka-client.ts';
 import type { Arrival, DemoSink, Deliver, RelayTransportConfig } from './demo-sink.ts';
 
 export interface KafkaDemoSinkOptions {
@@ -19,6 +21,8 @@ type KafkaModule = typeof import('../../transports/kafka/index.ts');
  */
 const DESTINATIONS = ['orders', 'payments'] as const;
 const PARTITIONS = 6;
+/** How long close() may take in all (the reader's disconnect, the topic's and group's deletion, the admin's disconnect). */
+const CLOSE_MS = 10_000;
 
 /**
  * The demo's downstream side on a real Kafka broker: one fresh topic (6
@@ -30,6 +34,9 @@ const PARTITIONS = 6;
  * pause, holding back its partition, so each key keeps its order. Partitions
  * are read in parallel. The topic and the group are deleted on close. kafkajs
  * is loaded by `start()`, so the CLI runs without it unless this sink is chosen.
+ * close() is bounded and destroys the sockets kafkajs leaves open after a
+ * broker restart (kafkajs issues #1147, #1639), as the transport and the
+ * consumer do: the process it runs in ends.
  */
 export class KafkaDemoSink implements DemoSink {
   readonly arrivals: Arrival[] = [];
@@ -44,6 +51,7 @@ export class KafkaDemoSink implements DemoSink {
   #consumer: Consumer | undefined;
   #created = false;
   #stopped = false;
+  #sockets: SocketTracker | undefined;
 
   constructor(options: KafkaDemoSinkOptions = {}) {
     this.#brokers = options.brokers ?? '127.0.0.1:9092';
@@ -54,7 +62,10 @@ export class KafkaDemoSink implements DemoSink {
   }
 
   async start(deliver: Deliver): Promise<void> {
-    const [mod, kafkajs] = await importOptional('the kafka demo', () => Promise.all([import('../../transports/kafka/index.ts'), import('kafkajs')]));
+    const [mod, kafkajs, { trackSockets }] = await importOptional('the kafka demo', () =>
+      Promise.all([import('../../transports/kafka/index.ts'), import('kafkajs'), import('../../transports/kafka/kafka-client.ts')]),
+    );
+    const sockets = (this.#sockets = trackSockets());
     this.#module = mod;
     // Checks the address with the transport's own messages (naming the setting) before anything is created.
     const probe = new mod.KafkaTransport({ brokers: [this.#brokers], allowAutoTopicCreation: true, producers: 1 });
@@ -63,12 +74,13 @@ export class KafkaDemoSink implements DemoSink {
     } finally {
       await probe.close();
     }
-    const kafka: Kafka = new kafkajs.Kafka({ brokers: [this.#brokers], clientId: 'txbox-demo-reader', logLevel: kafkajs.logLevel.NOTHING });
+    const kafka: Kafka = new kafkajs.Kafka({ brokers: [this.#brokers], clientId: 'txbox-demo-reader', logLevel: kafkajs.logLevel.NOTHING, socketFactory: sockets.socketFactory });
     this.#admin = kafka.admin();
     await this.#admin.connect();
     await this.#admin.createTopics({ topics: [{ topic: this.#topic, numPartitions: PARTITIONS }], waitForLeaders: true });
     this.#created = true;
-    const consumer = kafka.consumer({ groupId: this.#group, maxWaitTimeInMs: 100 });
+    // kafkajs restarts a crashed consumer on a timer: not once close() began (a restart loop would keep the process alive).
+    const consumer = kafka.consumer({ groupId: this.#group, maxWaitTimeInMs: 100, retry: { restartOnFailure: async () => !this.#stopped } });
     this.#consumer = consumer;
     await consumer.connect();
     await consumer.subscribe({ topic: this.#topic, fromBeginning: true });
@@ -119,12 +131,16 @@ export class KafkaDemoSink implements DemoSink {
 
   async close(): Promise<void> {
     this.#stopped = true;
-    await this.#consumer?.disconnect().catch(() => {});
+    const deadline = Date.now() + CLOSE_MS;
+    const step = (p: Promise<unknown> | undefined): Promise<boolean> => within(p?.catch(() => {}) ?? Promise.resolve(), Math.max(0, deadline - Date.now()));
+    await step(this.#consumer?.disconnect());
     if (this.#admin) {
-      if (this.#created) await this.#admin.deleteTopics({ topics: [this.#topic] }).catch(() => {});
-      await this.#admin.deleteGroups([this.#group]).catch(() => {});
-      await this.#admin.disconnect().catch(() => {});
+      if (this.#created) await step(this.#admin.deleteTopics({ topics: [this.#topic], timeout: Math.max(1, deadline - Date.now()) }));
+      await step(this.#admin.deleteGroups([this.#group]));
+      await step(this.#admin.disconnect());
     }
+    // What a step left behind (a reconnect to a broker that was killed, a request without an answer) fails at once.
+    this.#sockets?.destroyAll();
   }
 
   async #deliverUntilDone(deliver: Deliver, event: Parameters<Deliver>[0]): Promise<void> {
