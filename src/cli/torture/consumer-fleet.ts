@@ -9,6 +9,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { exitWithParentArgs } from './child-args.ts';
 import type { PostgresConnection } from '../../stores/postgres/postgres-connection.ts';
 import { inboxNames } from '../../stores/postgres/postgres-inbox-store.ts';
 import { migrateInbox } from '../../stores/postgres/postgres-migrations.ts';
@@ -145,9 +146,10 @@ export class ConsumerFleet {
     const settings: ConsumerSettings = { databaseUrl: this.#o.databaseUrl, schema: this.#o.schema, run: this.#o.run, slot: s.slot, transport: this.#o.transport, ...(s.port !== undefined ? { port: s.port, secret: this.#secret } : {}) };
     const here = fileURLToPath(import.meta.url);
     const script = fileURLToPath(new URL(`./consumer-process${extname(here)}`, import.meta.url));
-    const child = spawn(process.execPath, [...process.execArgv, script], {
+    const child = spawn(process.execPath, [...process.execArgv, ...exitWithParentArgs(), script], {
       env: { ...process.env, TXBOX_TORTURE_CONSUMER: JSON.stringify(settings) },
-      stdio: ['ignore', 'pipe', 'pipe'],
+      // stdin: the pipe that ends the consumer with this process (exit-with-parent.ts).
+      stdio: ['pipe', 'pipe', 'pipe'],
     });
     let stderr = '';
     child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-2000)));

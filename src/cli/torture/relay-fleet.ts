@@ -12,6 +12,7 @@ import type { Transport } from '../../core/ports.ts';
 import type { PostgresConnection } from '../../stores/postgres/postgres-connection.ts';
 import { PostgresRelayStore } from '../../stores/postgres/postgres-relay-store.ts';
 import { SENDER_HEADER, type RelayTransportConfig } from '../demo/demo-sink.ts';
+import { exitWithParentArgs } from './child-args.ts';
 
 export interface RelayTuning {
   readonly leaseTtlMs: number;
@@ -107,10 +108,11 @@ export class ProcessRelayFleet implements RelayFleet {
     if (!entry) throw new Error('txbox torture: cannot find the txbox entry point to start relays');
     const child = spawn(
       process.execPath,
-      [...process.execArgv, entry, 'relay', '--relay-id', id, '--lease-ttl-ms', String(t.leaseTtlMs), '--batch-size', String(t.batchSize), '--poll-interval-ms', String(t.pollIntervalMs), '--keep-published', 'off', '--wake', t.wake],
+      [...process.execArgv, ...exitWithParentArgs(), entry, 'relay', '--relay-id', id, '--lease-ttl-ms', String(t.leaseTtlMs), '--batch-size', String(t.batchSize), '--poll-interval-ms', String(t.pollIntervalMs), '--keep-published', 'off', '--wake', t.wake],
       {
         env: { ...withoutTxbox(process.env), TXBOX_DATABASE_URL: url.toString(), TXBOX_SCHEMA: this.#o.schema, TXBOX_CONFIG: configPath, TXBOX_LOG_LEVEL: 'warn' },
-        stdio: ['ignore', 'ignore', 'pipe'],
+        // stdin: the pipe that ends the relay with this process (exit-with-parent.ts).
+        stdio: ['pipe', 'ignore', 'pipe'],
       },
     );
     child.stderr!.setEncoding('utf8');
