@@ -62,6 +62,13 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
   readonly #rate = new RateWindow(60);
   readonly #breakers: DestinationBreakers;
   #stopClaiming = new AbortController();
+  /**
+   * Aborted, and replaced, when a lease tick acquires buckets: it ends the
+   * lanes' waits, so that the backlog of buckets taken over (from a relay that
+   * died, or in a rebalance) is claimed at once. Their rows were committed
+   * before this relay held them, so no wake-up of this relay will announce them.
+   */
+  #acquired = new AbortController();
   #stopNow = new AbortController();
   #loops: Promise<void>[] = [];
   #state: 'idle' | 'running' | 'stopping' = 'idle';
@@ -233,7 +240,31 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
       throw err;
     });
     this.#health.leaseTicked();
+    if (change.acquired > 0) {
+      const acquired = this.#acquired;
+      this.#acquired = new AbortController();
+      acquired.abort();
+    }
     if (change.acquired || change.lost || change.released) this.emit('leases', { ...change, relayId: this.relayId });
+  }
+
+  /** A signal for one wait of a lane: aborted when the relay stops claiming or a lease tick acquires buckets; `end()` after the wait. */
+  #laneWait(): { readonly signal: AbortSignal; end(): void } {
+    const wait = new AbortController();
+    const stopping = this.#stopClaiming.signal;
+    const acquired = this.#acquired.signal;
+    const stop = (): void => wait.abort();
+    if (stopping.aborted) wait.abort();
+    stopping.addEventListener('abort', stop, { once: true });
+    acquired.addEventListener('abort', stop, { once: true });
+    return {
+      signal: wait.signal,
+      end: () => {
+        wait.abort(); // ends the store's wait at once (no poll), if it is still waiting
+        stopping.removeEventListener('abort', stop);
+        acquired.removeEventListener('abort', stop);
+      },
+    };
   }
 
   async #leaseLoop(): Promise<void> {
@@ -294,7 +325,9 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
       const leases = this.#leases.leasesFor(lane, lanes);
       if (leases.length === 0) {
         await marking.current;
-        await sleep(Math.min(pollIntervalMs, this.options.leaseTtlMs / 3), undefined, { signal }).catch(() => {});
+        const wait = this.#laneWait();
+        await sleep(Math.min(pollIntervalMs, this.options.leaseTtlMs / 3), undefined, { signal: wait.signal }).catch(() => {});
+        wait.end();
         continue;
       }
       let events;
@@ -302,6 +335,9 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
       const buckets = leases.map((l) => l.bucket);
       const seen = store.wakeups?.(buckets);
       const claimStarted = performance.now();
+      // A claim that runs while the previous batch is being marked leaves out the rows of that batch's
+      // keys: when it finds nothing, it is no answer yet (also when the mark ended during the claim).
+      const whileMarking = marking.current !== null;
       try {
         // While the previous batch is being marked its rows are still pending: only a claim that
         // knows to leave them (and every later row of their keys) out may run; else wait for the mark.
@@ -319,13 +355,20 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
         await sleep(Math.min(5000, 200 * 2 ** failures++), undefined, { signal }).catch(() => {});
         continue;
       }
-      if (events.length === 0 && marking.current !== null) {
-        // Nothing announced: wait for a commit in these buckets or for the mark, whichever comes first.
-        await this.#waitOrMarked(marking.current, seen, buckets);
+      if (events.length === 0 && whileMarking) {
+        // Nothing announced, or only rows behind the batch being marked: wait for a commit in these buckets
+        // or for the mark, whichever comes first, and claim again. A mark that ended during the claim ends
+        // no wait: the rows it held back are claimable now, and no commit will announce them again.
+        if (marking.current !== null) await this.#waitOrMarked(marking.current, seen, buckets);
         continue;
       }
       if (events.length === 0) {
-        await store.waitForEvents(Math.min(pollIntervalMs, minPollIntervalMs * 2 ** Math.min(idle++, 30)), signal, seen, buckets);
+        const wait = this.#laneWait();
+        try {
+          await store.waitForEvents(Math.min(pollIntervalMs, minPollIntervalMs * 2 ** Math.min(idle++, 30)), wait.signal, seen, buckets);
+        } finally {
+          wait.end();
+        }
         // A notification means producers are committing, and not every commit notifies
         // (the outbox store's notifyIntervalMs): poll quickly again.
         if (store.wakeups?.(buckets) !== seen) idle = 0;
@@ -384,17 +427,13 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
     }
   }
 
-  /** Until a wake-up of `buckets` (since `seen`), the end of `mark`, or the relay stops claiming. */
+  /** Until a wake-up of `buckets` (since `seen`), the end of `mark`, a lease tick that acquires buckets, or the relay stops claiming. */
   async #waitOrMarked(mark: Promise<void>, seen: number | undefined, buckets: readonly number[]): Promise<void> {
-    const signal = this.#stopClaiming.signal;
-    const wait = new AbortController();
-    const stop = (): void => wait.abort();
-    signal.addEventListener('abort', stop, { once: true });
+    const wait = this.#laneWait();
     try {
       await Promise.race([mark, this.options.store.waitForEvents(this.options.pollIntervalMs, wait.signal, seen, buckets)]);
     } finally {
-      wait.abort(); // ends the store's wait at once (no poll), if the mark came first
-      signal.removeEventListener('abort', stop);
+      wait.end(); // the mark came first: the store's wait ends at once
     }
   }
 

@@ -225,6 +225,13 @@ it('two relays, a slot each, woken by the WAL alone: every event once, per-key o
   const transport = new RecordingTransport();
   const a = walRelay(db.connection, transport);
   const b = walRelay(db.connection, transport);
+  // For the failure message: when each relay's leases changed and when each round committed.
+  const t0 = performance.now();
+  const timeline: string[] = [];
+  const at = (): number => Math.round(performance.now() - t0);
+  for (const [name, r] of [['a', a], ['b', b]] as const) {
+    r.relay.on('leases', (c) => timeline.push(`${at()} ${name} leases held ${c.held} +${c.acquired} -${c.lost} released ${c.released}`));
+  }
   await a.relay.start();
   await b.relay.start();
   try {
@@ -234,9 +241,22 @@ it('two relays, a slot each, woken by the WAL alone: every event once, per-key o
     for (let round = 0; round < 5; round++) {
       const events = Array.from({ length: 20 }, (_, k) => E({ aggregateId: `k${k}`, payload: { n: round } }));
       const ids = await db.transaction((tx) => outbox().enqueue(tx, events));
+      timeline.push(`${at()} round ${round + 1} committed`);
       ids.forEach((id, k) => committed.set(`A:k${k}`, [...(committed.get(`A:k${k}`) ?? []), id]));
     }
-    await waitFor('all delivered', () => new Set(transport.acked.map((e) => e.id)).size >= 100);
+    await waitFor('all delivered', () => new Set(transport.acked.map((e) => e.id)).size >= 100).catch(async (err: unknown) => {
+      // What is left, where, and how each relay claimed: a timeout here once in the suite.
+      const acked = new Set(transport.acked.map((e) => e.id));
+      const left = await db.query<{ id: string; seq: string; bucket: number; state: string; owner: string | null; lease_left_ms: number | null }>(
+        `SELECT o.id, o.seq, o.bucket, o.state, b.owner, (extract(epoch FROM b.lease_until - now()) * 1000)::int AS lease_left_ms
+         FROM "${db.schema}".outbox o JOIN "${db.schema}".outbox_buckets b USING (bucket) ORDER BY o.seq`,
+      );
+      const missing = left.filter((r) => !acked.has(r.id));
+      throw new Error(
+        `${(err as Error).message}; not delivered: ${JSON.stringify(missing.slice(0, 10))} (${missing.length}); ` +
+          `a: ${a.relay.relayId} ${a.relay.heldBuckets} buckets ${JSON.stringify(a.store.claimStats())}; b: ${b.relay.relayId} ${b.relay.heldBuckets} buckets ${JSON.stringify(b.store.claimStats())}; timeline: ${timeline.join('; ')}`,
+      );
+    });
     const report = checkDeliveries(committed, transport.acked);
     assert.equal(report.lost, 0);
     assert.equal(report.orderViolations, 0);
