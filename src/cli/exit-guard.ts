@@ -12,11 +12,9 @@
  */
 
 interface SocketLike {
-  constructor?: { name?: string };
   remoteAddress?: string;
   remotePort?: number;
   localPort?: number;
-  destroyed?: boolean;
   _handle?: { constructor?: { name?: string } };
 }
 
