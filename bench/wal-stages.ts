@@ -32,7 +32,11 @@ export class StageTrace {
   /** id -> producer saw COMMIT; set by measureCommitToAck. */
   committedAt: ReadonlyMap<string, number> = new Map();
 
-  constructor(private readonly now: () => number) {}
+  /** `whileMarking` false: the wrapped store hides claimWhileMarking, so the relay waits for every mark before it claims (an A/B of that path). */
+  constructor(
+    private readonly now: () => number,
+    private readonly whileMarking = true,
+  ) {}
 
   readonly onWalCommit = (c: WalCommit): void => {
     const t = this.now();
@@ -54,13 +58,18 @@ export class StageTrace {
       leave: (relayId: string) => inner.leave(relayId),
       async claim(leases: readonly BucketLease[], options: ClaimOptions) {
         const sent = self.now();
-        const events = await inner.claim(leases, options);
-        const returned = self.now();
-        self.#claims++;
-        if (events.length === 0) self.#emptyClaims++;
-        for (const e of events) if (!self.#claimed.has(e.id)) self.#claimed.set(e.id, [e.seq, sent, returned]);
-        return events;
+        return self.#claimedBy(sent, await inner.claim(leases, options));
       },
+      // Forwarded when the store has it: without it the relay waits for every mark before its next claim.
+      ...(inner.claimWhileMarking && self.whileMarking
+        ? {
+            async claimWhileMarking(leases: readonly BucketLease[], options: ClaimOptions) {
+              const sent = self.now();
+              const events = await inner.claimWhileMarking!(leases, options);
+              return events === null ? null : self.#claimedBy(sent, events);
+            },
+          }
+        : {}),
       async complete(relayId: string, completions: readonly Completion[]) {
         const r = await inner.complete(relayId, completions);
         const t = self.now();
@@ -75,6 +84,14 @@ export class StageTrace {
       close: () => inner.close(),
       ...(prune ? { prune } : {}),
     };
+  }
+
+  #claimedBy<T extends OutboxEvent & { seq: number }>(sent: number, events: T[]): T[] {
+    const returned = this.now();
+    this.#claims++;
+    if (events.length === 0) this.#emptyClaims++;
+    for (const e of events) if (!this.#claimed.has(e.id)) this.#claimed.set(e.id, [e.seq, sent, returned]);
+    return events;
   }
 
   /** Claims so far, and how many came back empty. */
@@ -122,6 +139,8 @@ export class StageTrace {
       const slowMean = sm.reduce((a, b) => a + b, 0) / Math.max(1, sm.length);
       return `    ${name.padEnd(40)} p50 ${fmt(percentile(xs, 50)).padStart(7)} ms  p99 ${fmt(percentile(xs, 99)).padStart(7)} ms  mean over the slowest 1%: ${fmt(slowMean)} ms`;
     });
+    const worst = rows[rows.length - 1];
+    if (worst) out.push(`    the slowest event: ${stages.map((name, i) => `${name} ${fmt(worst[i]!)}`).join('; ')}`);
     out.push(`    ${rows.length} events; ${this.#claims} claims (${this.#emptyClaims} empty, ${(this.#claims / Math.max(1, rows.length)).toFixed(2)} per event), ${this.#waits} waits; ${claimedBeforeWal} events claimed before their WAL Commit arrived`);
     return out;
   }

@@ -13,6 +13,7 @@
  * BENCH_CLIENTS (4), BENCH_ROUNDS (2), BENCH_EVENTS (200000), BENCH_KEYS (1000), BENCH_SLOTS (1,3),
  * BENCH_DRAIN_REPEAT (2, interleaved), BENCH_SECTIONS (latency,claims,producer,slots,drain),
  * BENCH_MARKS (async; `async,sync` compares the relay store's synchronousMarks in the latency section),
+ * BENCH_WHILE_MARKING (on; `on,off` compares claims while the previous batch is marked with waiting for the mark),
  * BENCH_LATENCY_ROUNDS (1), BENCH_PRODUCERS (child: the latency section's producers in a process of their own),
  * BENCH_LANES (the latency section's relay lanes; default: the relay's),
  * BENCH_DRAIN_NODE_FLAGS (`|`-separated node flag sets for the drain's relay process, each run
@@ -59,6 +60,8 @@ const SECTIONS = new Set((process.env.BENCH_SECTIONS ?? 'latency,claims,producer
 const CLAIM_EVENTS = envInt('BENCH_CLAIM_EVENTS', 200);
 /** BENCH_MARKS: the relay store's marks in the latency section, `async` (the default store) and/or `sync` (synchronousMarks), alternating first per round. */
 const MARKS = (process.env.BENCH_MARKS ?? 'async').split(',').filter((m): m is 'async' | 'sync' => m === 'async' || m === 'sync');
+/** BENCH_WHILE_MARKING: `on` (default) lets the relay claim while its previous batch is marked (stores with claimWhileMarking), `off` hides that from it; `on,off` compares them, alternating first per round. */
+const WHILE_MARKING = (process.env.BENCH_WHILE_MARKING ?? 'on').split(',').filter((m): m is 'on' | 'off' => m === 'on' || m === 'off');
 /** BENCH_PRODUCERS=child: the latency section's producers run in a process of their own (bench/producer-process.ts), not beside the relay. */
 const PRODUCERS_IN_CHILD = process.env.BENCH_PRODUCERS === 'child';
 /** BENCH_LATENCY_ROUNDS: repeats of the latency section (default 1). */
@@ -326,10 +329,11 @@ await withBench('wal', async (bench) => {
         latency.push([`ceiling: the same, from COMMIT returned`, String(rate), '-', '-', q(ceiling.walRead, 50), q(ceiling.walRead, 90), q(ceiling.walRead, 99), q(ceiling.walRead, 100)]);
         summary('wal', `ceiling @${rate}/s (no relay): server commit -> heard on a bare WAL stream and one PK SELECT of the row returned p50 ${q(ceiling.walSelect, 50)} ms, p99 ${q(ceiling.walSelect, 99)} ms (heard alone p50 ${q(ceiling.wal, 50)} ms, p99 ${q(ceiling.wal, 99)} ms); from the producer's COMMIT returned, as the relays are measured: p50 ${q(ceiling.walRead, 50)} ms, p99 ${q(ceiling.walRead, 99)} ms`);
         summary('wal', `ceiling @${rate}/s (no relay): a bare primary-key SELECT round trip during the same commits p50 ${q(ceiling.select, 50)} ms, p99 ${q(ceiling.select, 99)} ms; producers' COMMIT p50 ${q(ceiling.commit, 50)} ms, p99 ${q(ceiling.commit, 99)} ms`);
+        const variants = MARKS.flatMap((marks) => WHILE_MARKING.map((whileMarking) => ({ marks, whileMarking })));
         for (const wake of MODES) {
-          for (const marks of round % 2 === 0 ? MARKS : [...MARKS].reverse()) {
-            const mode = MARKS.length > 1 ? `${wake}, ${marks} marks` : wake;
-            const stages = new StageTrace(() => performance.timeOrigin + performance.now());
+          for (const { marks, whileMarking } of round % 2 === 0 ? variants : [...variants].reverse()) {
+            const mode = [wake, ...(MARKS.length > 1 ? [`${marks} marks`] : []), ...(WHILE_MARKING.length > 1 ? [`claims while marking ${whileMarking}`] : [])].join(', ');
+            const stages = new StageTrace(() => performance.timeOrigin + performance.now(), whileMarking === 'on');
             const r = await measureCommitToAck(bench, { rate, seconds: SECONDS, clients: 8, keys: KEYS, notify: wake === 'notify', pollIntervalMs: 1000, wake, transport: 'noop', stages, synchronousMarks: marks === 'sync', producersInChild: PRODUCERS_IN_CHILD, ...(LATENCY_LANES > 0 ? { lanes: LATENCY_LANES } : {}) });
             log(`${mode} ${rate}/s: ${fmtInt(r.acked)}/${fmtInt(r.produced)} acked, p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms, max ${fmtMs(r.max)} ms (target in WAL mode: p50 <= 1.0, p99 <= 5); event-loop delay p99 ${fmtMs(r.loopDelayP99)} ms; stages:`);
             for (const line of stages.lines()) console.log(line);

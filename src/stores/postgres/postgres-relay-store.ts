@@ -418,7 +418,7 @@ export class PostgresRelayStore implements RelayStore {
       return null;
     }
     const events = rows.map(rowToEvent);
-    const ordinaryNext = targets!.afterSeqs(leases, plan, events, options.limit);
+    const ordinaryNext = targets!.afterSeqs(leases, plan, events, options.limit, now);
     if (rows.length > 0) for (const b of buckets) this.#recheck[b] = 0;
     return events.length > 0 || !ordinaryNext ? events : null;
   }
@@ -592,11 +592,16 @@ export class PostgresRelayStore implements RelayStore {
       // rows. Look again once, 1 ms later, before waiting for the next one.
       timeoutMs = Math.min(timeoutMs, 1);
     }
-    // WAL mode: a retry or deferral this relay recorded is not announced when it comes due; wake for it.
-    const due = this.#targets === undefined ? Number.POSITIVE_INFINITY : Math.ceil(this.#targets.dueInMs(performance.now()));
-    if (due < timeoutMs) {
-      timeoutMs = due;
-      poll = false;
+    // WAL mode: a retry or deferral this relay recorded is not announced when it comes due, and a row
+    // announced before it was visible is not announced again when it is: wake for both.
+    if (this.#targets !== undefined) {
+      const now = performance.now();
+      const look = buckets === undefined ? Number.POSITIVE_INFINITY : this.#targets.lookInMs(buckets, now);
+      const due = Math.ceil(Math.min(this.#targets.dueInMs(now), look));
+      if (due < timeoutMs) {
+        timeoutMs = due;
+        poll = false;
+      }
     }
     let interest: Uint8Array | null = null;
     if (buckets !== undefined) {

@@ -30,6 +30,15 @@
 const MAX_TARGETS_PER_BUCKET = 1000;
 /** Seqs claimed before their commit was announced, remembered so that the announcement asks nothing. */
 const MAX_RECENTLY_CLAIMED = 8192;
+/**
+ * Claims by seq that may miss an announced row before it is given up to the
+ * ordinary claims (the poll, `fullClaimEveryMs`). The stream announces a commit
+ * once its record is flushed; the committing backend becomes visible to new
+ * snapshots after that: a moment later, or after the standby answered under
+ * synchronous replication. From the third miss on the row is looked for again
+ * after 2, 4, ... 512 ms (about 1 s in all) without waiting for a wake-up.
+ */
+const MAX_MISSES = 11;
 
 type Lease = { readonly bucket: number; readonly token: string };
 type Row = { readonly seq: number; readonly bucket: number };
@@ -48,8 +57,10 @@ export class WalClaimTargets {
   readonly #targets: (number[] | undefined)[] = new Array<number[] | undefined>(256);
   /** Seqs some claim returned that no announcement has named yet. */
   readonly #claimed = new Set<number>();
-  /** Seqs a claim by seq asked for once and did not get. */
-  readonly #missed = new Set<number>();
+  /** Seqs a claim by seq asked for and did not get, with how many times. */
+  readonly #missed = new Map<number, number>();
+  /** Per bucket: when a missed seq is to be asked for again (performance.now(); Infinity: none). */
+  readonly #lookAt = new Float64Array(256).fill(Number.POSITIVE_INFINITY);
   /** When the earliest retry or deferral this relay recorded is due (performance.now()). */
   #dueAt = Number.POSITIVE_INFINITY;
 
@@ -80,6 +91,7 @@ export class WalClaimTargets {
     for (const b of buckets) {
       this.#seen[b] = 0;
       this.#targets[b] = undefined;
+      this.#lookAt[b] = Number.POSITIVE_INFINITY;
     }
   }
 
@@ -89,6 +101,7 @@ export class WalClaimTargets {
     this.#targets.fill(undefined);
     this.#claimed.clear();
     this.#missed.clear();
+    this.#lookAt.fill(Number.POSITIVE_INFINITY);
   }
 
   /** A retry or deferral this relay recorded becomes claimable at `at` (performance.now()). */
@@ -99,6 +112,13 @@ export class WalClaimTargets {
   /** How long until the earliest retry or deferral this relay recorded is due, from `now` (Infinity: none). */
   dueInMs(now: number): number {
     return Math.max(0, this.#dueAt - now);
+  }
+
+  /** How long until a row these buckets' claims missed is to be asked for again, from `now` (Infinity: none). */
+  lookInMs(buckets: readonly number[], now: number): number {
+    let at = Number.POSITIVE_INFINITY;
+    for (const b of buckets) at = Math.min(at, this.#lookAt[b]!);
+    return Math.max(0, at - now);
   }
 
   /**
@@ -120,6 +140,8 @@ export class WalClaimTargets {
       const list = this.#targets[l.bucket];
       if (list === undefined) continue;
       this.#targets[l.bucket] = undefined;
+      this.#lookAt[l.bucket] = Number.POSITIVE_INFINITY;
+      if (list.length === 0) continue; // emptied by an ordinary claim that returned its rows
       asked ??= [];
       for (const seq of list) asked.push([seq, l.bucket]);
     }
@@ -147,36 +169,60 @@ export class WalClaimTargets {
   }
 
   /**
-   * The claim by seq of `plan` returned `rows`. A row asked for and not
-   * returned is not visible yet (the stream can announce a commit a moment
-   * before it is), blocked, or already done: it is asked for once more, and
-   * if it is missing again, the lane's ordinary claim decides. Rows past a
-   * full batch stay announced. Returns true when the lane's next claim must be
-   * the ordinary one.
+   * The claim by seq of `plan`, started at `now`, returned `rows`. A row asked
+   * for and not returned is not visible yet (the stream can announce a commit
+   * before it is), blocked, or already done. It stays announced: asked for
+   * again by the next claim (the 1 ms second look after a wake-up, or a later
+   * one), and from its third miss on after 2, 4, ... ms (`lookInMs`) until
+   * MAX_MISSES, then given up to the ordinary claims. At its second miss the
+   * lane's ordinary claim runs next, in case an unannounced row holds it back.
+   * Rows past a full batch stay announced. Returns true when the lane's next
+   * claim must be the ordinary one.
    */
-  afterSeqs(leases: readonly Lease[], plan: { readonly seqs: readonly number[]; readonly buckets: readonly number[] }, rows: readonly Row[], limit: number): boolean {
-    if (rows.length === plan.seqs.length) return false;
+  afterSeqs(
+    leases: readonly Lease[],
+    plan: { readonly seqs: readonly number[]; readonly buckets: readonly number[] },
+    rows: readonly Row[],
+    limit: number,
+    now: number,
+  ): boolean {
+    if (rows.length === plan.seqs.length) {
+      if (this.#missed.size > 0) for (const r of rows) this.#missed.delete(r.seq);
+      return false;
+    }
     const returned = new Set(rows.map((r) => r.seq));
     const last = rows.length === limit ? rows[rows.length - 1]!.seq : Number.POSITIVE_INFINITY;
     const back: [seq: number, bucket: number][] = [];
+    let ordinaryNext = false;
     for (let i = 0; i < plan.seqs.length; i++) {
       const seq = plan.seqs[i]!;
-      if (returned.has(seq)) continue;
-      if (seq > last) back.push([seq, plan.buckets[i]!]); // not reached
-      else if (this.#missed.delete(seq)) {
-        this.forget(leases.map((l) => l.bucket));
-        return true;
-      } else {
-        if (this.#missed.size >= MAX_RECENTLY_CLAIMED) this.#missed.clear();
-        this.#missed.add(seq);
-        back.push([seq, plan.buckets[i]!]);
+      if (returned.has(seq)) {
+        this.#missed.delete(seq);
+        continue;
       }
+      const b = plan.buckets[i]!;
+      if (seq > last) {
+        back.push([seq, b]); // not reached
+        continue;
+      }
+      const misses = (this.#missed.get(seq) ?? 0) + 1;
+      if (misses > MAX_MISSES) {
+        this.#missed.delete(seq); // blocked, or done: the ordinary claims decide it from now on
+        continue;
+      }
+      if (!this.#missed.has(seq) && this.#missed.size >= MAX_RECENTLY_CLAIMED) this.#missed.clear();
+      this.#missed.set(seq, misses);
+      back.push([seq, b]);
+      if (misses === 2) ordinaryNext = true;
+      if (misses >= 2) this.#lookAt[b] = Math.min(this.#lookAt[b]!, now + 2 ** (misses - 1));
     }
     // Given back before what was announced meanwhile (still in seq order within a bucket, as asked).
     for (let i = back.length - 1; i >= 0; i--) {
       const [seq, b] = back[i]!;
       (this.#targets[b] ??= []).unshift(seq);
     }
-    return false;
+    // The ordinary claim next, the announced rows kept: it returns what it can, and afterFull takes those out.
+    if (ordinaryNext) for (const l of leases) this.#seen[l.bucket] = 0;
+    return ordinaryNext;
   }
 }

@@ -1,0 +1,63 @@
+/**
+ * WalClaimTargets (pure bookkeeping of the WAL mode's claims by seq): a row a
+ * claim by seq misses is kept and looked for again, with a growing delay,
+ * before the ordinary claims are left to decide it. The real case (a commit
+ * announced before it is visible) runs in test/e2e/wal-invisible-commit.test.ts.
+ */
+import { it } from 'node:test';
+import assert from 'node:assert/strict';
+import { WalClaimTargets } from '../../src/stores/postgres/postgres-wal-targets.ts';
+
+const leases = [{ bucket: 1, token: 't' }];
+
+function seenTargets(): WalClaimTargets {
+  const t = new WalClaimTargets(60_000);
+  assert.deepEqual(t.plan(leases, 0), { kind: 'full' });
+  t.afterFull(leases, [], 500, 0);
+  return t;
+}
+
+it('keeps a missed row announced: a second look, the ordinary claim, then looks after 2, 4, ... ms', () => {
+  const t = seenTargets();
+  t.announce([1], [5]);
+  let plan = t.plan(leases, 1);
+  assert.deepEqual(plan, { kind: 'seqs', seqs: [5], buckets: [1] });
+  assert.equal(t.afterSeqs(leases, plan as { seqs: number[]; buckets: number[] }, [], 500, 1), false, 'first miss: asked again, no ordinary claim yet');
+  assert.equal(t.lookInMs([1], 1), Number.POSITIVE_INFINITY, 'the first look again is the store\'s 1 ms second look');
+  plan = t.plan(leases, 2);
+  assert.deepEqual(plan, { kind: 'seqs', seqs: [5], buckets: [1] });
+  assert.equal(t.afterSeqs(leases, plan as { seqs: number[]; buckets: number[] }, [], 500, 2), true, 'second miss: the ordinary claim next');
+  assert.equal(t.lookInMs([1], 2), 2);
+  assert.deepEqual(t.plan(leases, 3), { kind: 'full' });
+  t.afterFull(leases, [], 500, 3); // the ordinary claim does not see it either (not visible yet)
+  let now = 4;
+  for (let miss = 3; miss <= 11; miss++) {
+    plan = t.plan(leases, now);
+    assert.deepEqual(plan, { kind: 'seqs', seqs: [5], buckets: [1] }, `still asked for at miss ${miss}`);
+    assert.equal(t.afterSeqs(leases, plan as { seqs: number[]; buckets: number[] }, [], 500, now), false);
+    assert.equal(t.lookInMs([1], now), 2 ** (miss - 1));
+    now += 2 ** (miss - 1);
+  }
+  plan = t.plan(leases, now);
+  assert.deepEqual(plan, { kind: 'seqs', seqs: [5], buckets: [1] });
+  t.afterSeqs(leases, plan as { seqs: number[]; buckets: number[] }, [], 500, now);
+  assert.deepEqual(t.plan(leases, now + 1), { kind: 'none' }, 'given up to the ordinary claims after 11 misses');
+  assert.equal(t.lookInMs([1], now + 1), Number.POSITIVE_INFINITY);
+});
+
+it('a missed row that turns up ends the looks; other buckets are not woken for it', () => {
+  const t = seenTargets();
+  t.announce([1, 1], [5, 6]);
+  let plan = t.plan(leases, 0) as { seqs: number[]; buckets: number[] };
+  assert.equal(t.afterSeqs(leases, plan, [{ seq: 6, bucket: 1 }], 500, 0), false);
+  plan = t.plan(leases, 1) as { seqs: number[]; buckets: number[] };
+  assert.deepEqual(plan.seqs, [5]);
+  t.afterSeqs(leases, plan, [], 500, 1);
+  assert.equal(t.lookInMs([2], 1), Number.POSITIVE_INFINITY);
+  assert.equal(t.lookInMs([1, 2], 1), 2);
+  plan = t.plan(leases, 3) as unknown as { seqs: number[]; buckets: number[] };
+  assert.deepEqual(plan, { kind: 'full' });
+  t.afterFull(leases, [{ seq: 5, bucket: 1 }], 500, 3);
+  assert.deepEqual(t.plan(leases, 4), { kind: 'none' });
+  assert.equal(t.lookInMs([1], 4), Number.POSITIVE_INFINITY);
+});
