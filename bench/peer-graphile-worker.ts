@@ -54,6 +54,7 @@ import { brokerTransport, NATS_SERVERS, type BrokerSpec } from './broker-transpo
 import { graphileOptions, type EventJob, type GraphileWorkerConfig, type GraphileWorkerMessage } from './graphile-worker-process.ts';
 import type { ReceiverMessage } from './receiver-process.ts';
 import type { CpuWindow } from './cpu-window.ts';
+import type { TransportAloneConfig, TransportAloneMessage } from './transport-alone-process.ts';
 
 const NOOP_EVENTS = envInt('BENCH_PEER_NOOP_EVENTS', 50_000);
 const HTTP_EVENTS = envInt('BENCH_PEER_HTTP_EVENTS', 20_000);
@@ -169,6 +170,24 @@ async function rawTransportRate(n: number, sink: Sink): Promise<number> {
         : null;
   if (transport === null) throw new Error(`no raw transport for sink ${sink.kind}`);
   return (await timePublishCalls(transport, { events: n, batch: 500, keys: KEYS, payload: orderPayload(1, 1) })).rate;
+}
+
+const ALONE_WORKER = fileURLToPath(new URL('./transport-alone-process.ts', import.meta.url));
+
+/**
+ * The cold ceiling: the same transport, `n` events, two calls of 500 at a time, no database, in a fresh
+ * process (bench/transport-alone-process.ts), as each drain's relay and worker start fresh. Events/s and
+ * the process's CPU per event (µs).
+ */
+async function coldTransportRate(n: number, sink: Sink): Promise<{ rate: number; cpuUs: number }> {
+  const child = fork(ALONE_WORKER, [], { execArgv: TSX, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  child.send({ sink, n, keys: KEYS } satisfies TransportAloneConfig);
+  const m = await new Promise<TransportAloneMessage>((resolve, reject) => {
+    child.once('message', resolve);
+    child.once('exit', (code) => reject(new Error(`transport-alone process exited with ${String(code)} before reporting`)));
+  });
+  if (m.type === 'error') throw new Error(`transport-alone process failed: ${m.message}`);
+  return { rate: m.rate, cpuUs: (m.cpuMs * 1000) / n };
 }
 
 interface CpuPerEvent {
@@ -371,6 +390,8 @@ interface Row {
   readonly target?: number;
   /** The transport alone, no database (rawTransportRate), per round: the ceiling of the ratio. */
   readonly raw: number[];
+  /** The same in a fresh process (coldTransportRate), per round: the ceiling of a drain that starts its process. */
+  readonly cold: number[];
 }
 
 await withBench('peer', async (bench) => {
@@ -379,7 +400,7 @@ await withBench('peer', async (bench) => {
   const gw = await GraphileSchema.create(bench);
   const rows: Row[] = [];
   const row = (what: string, unit: string, lower = false, target?: number): Row => {
-    const r: Row = { what, unit, txbox: [], gw: [], raw: [], lower, ...(target === undefined ? {} : { target }) };
+    const r: Row = { what, unit, txbox: [], gw: [], raw: [], cold: [], lower, ...(target === undefined ? {} : { target }) };
     rows.push(r);
     return r;
   };
@@ -409,6 +430,9 @@ await withBench('peer', async (bench) => {
               const rate = await rawTransportRate(s.n, await s.sink());
               s.row.raw.push(rate);
               log(`round ${round} ${s.row.what}: the transport alone, no database ${fmtInt(rate)} events/s (the ceiling); ${machine()}`);
+              const cold = await coldTransportRate(s.n, await s.sink());
+              s.row.cold.push(cold.rate);
+              log(`round ${round} ${s.row.what}: the transport alone in a fresh process, no database ${fmtInt(cold.rate)} events/s, its CPU ${cold.cpuUs.toFixed(0)} µs per event (the cold ceiling); ${machine()}`);
             }
           }
         }
@@ -485,7 +509,13 @@ await withBench('peer', async (bench) => {
       ['measure', 'transport alone', 'graphile-worker', 'transport alone / graphile-worker (per round)'],
       ceilings.map((r) => [r.what, r.raw.map((x) => fmtInt(x)).join(' / '), r.gw.map((x) => fmtInt(x)).join(' / '), r.raw.map((x, i) => `${(x / r.gw[i]!).toFixed(2)}x`).join(' / ')]),
     );
+    console.log('\nThe cold ceiling: the transport alone in a fresh process (two calls at a time, no database), as each drain starts its process; txbox against it:');
+    printTable(
+      ['measure', 'transport alone, fresh process', 'its / graphile-worker (per round)', 'txbox / it (per round)'],
+      ceilings.map((r) => [r.what, r.cold.map((x) => fmtInt(x)).join(' / '), r.cold.map((x, i) => `${(x / r.gw[i]!).toFixed(2)}x`).join(' / '), r.cold.map((x, i) => `${((r.txbox[i] ?? 0) / x).toFixed(2)}`).join(' / ')]),
+    );
   }
+  for (const r of ceilings) summary('peer-graphile-worker', `${r.what}: the transport alone in a fresh process ${fmtInt(median(r.cold))} events/s, ${(median(r.cold.map((x, i) => x / r.gw[i]!))).toFixed(2)}x graphile-worker (median per round): the cold ceiling of the ratio; txbox reached ${(median(r.cold.map((x, i) => (r.txbox[i] ?? 0) / x)) * 100).toFixed(0)}% of it`);
   for (const r of ceilings) summary('peer-graphile-worker', `${r.what}: the transport alone ${fmtInt(median(r.raw))} events/s, ${(median(r.raw.map((x, i) => x / r.gw[i]!))).toFixed(2)}x graphile-worker (median per round): the ceiling of the ratio`);
   for (const r of rows) {
     summary('peer-graphile-worker', `${r.what}: txbox ${fmt(r, median(r.txbox))} ${r.unit}, graphile-worker ${fmt(r, median(r.gw))} ${r.unit} (txbox / graphile-worker per round, median ${median(ratios(r)).toFixed(2)}x${r.lower ? ', lower is better' : ''}${r.target === undefined ? '' : `; target >= ${r.target.toFixed(2)}x ${median(ratios(r)) >= r.target ? 'met' : 'NOT met'}`})`);
