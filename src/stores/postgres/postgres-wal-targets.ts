@@ -38,7 +38,7 @@ const MAX_RECENTLY_CLAIMED = 8192;
  * synchronous replication. From the third miss on the row is looked for again
  * after 2, 4, ... 512 ms (about 1 s in all) without waiting for a wake-up.
  */
-const MAX_MISSES = 11;
+const MAX_MISSES = 10;
 
 type Lease = { readonly bucket: number; readonly token: string };
 type Row = { readonly seq: number; readonly bucket: number };
