@@ -4,8 +4,11 @@
  * 009 plans it once per session), the same function as migration 008 made it
  * (planned again on every call: PL/pgSQL's plan cache chose custom plans), the
  * ordinary claim (`<table>_claim`, planned per call on purpose: migration
- * 003), a bare primary-key SELECT of the same columns, and `SELECT 1` (the
- * round trip). One connection, BENCH_CLAIMS calls each, BENCH_ROUNDS rounds;
+ * 003), the function's query sent as a prepared statement of its own on a
+ * connection whose session forces generic plans (`plan_cache_mode`, with
+ * sequential and bitmap scans off, as the function sets them: what the claim
+ * would cost without PL/pgSQL), a bare primary-key SELECT of the same columns,
+ * and `SELECT 1` (the round trip). One connection, BENCH_CLAIMS calls each, BENCH_ROUNDS rounds;
  * the outbox holds BENCH_ROWS rows, the last 100 pending.
  *
  *   node --conditions=txbox-source --import tsx bench/claim-seqs.ts
@@ -36,12 +39,26 @@ await withBench('claimseqs', async (bench) => {
   await bench.sql(fn);
   const c = new pg.Client({ connectionString: DATABASE_URL });
   await c.connect();
+  const generic = new pg.Client({ connectionString: DATABASE_URL });
+  await generic.connect();
+  await generic.query('SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off; SET enable_bitmapscan = off');
+  const v9 = readFileSync(new URL('../sql/postgres/009_claim_seqs_generic_plan.sql', import.meta.url), 'utf8');
+  const bare = v9
+    .slice(v9.indexOf('RETURN QUERY') + 'RETURN QUERY'.length, v9.indexOf('LIMIT p_limit;') + 'LIMIT p_limit'.length)
+    .replaceAll('{{schema}}', s)
+    .replaceAll('{{table}}', '"outbox"')
+    .replace('SELECT o.*', `SELECT ${'$COLS'}`)
+    .replaceAll('p_seqs', '$1::bigint[]')
+    .replaceAll('p_buckets', '$2::smallint[]')
+    .replaceAll('p_limit', '$3::integer')
+    .replaceAll('p_skip', '$4::text[]');
   const buckets = Array.from({ length: 128 }, (_, i) => i * 2);
   const cols = `o.seq, o.id, o.type, o.aggregate_type, o.aggregate_id, o.key, o.bucket, o.destination, o.payload::text AS payload, o.headers, o.occurred_at, o.version, o.attempts, o.routes_done`;
   const pendingSeq = (i: number): number => ROWS - 100 + 1 + (i % 100);
   const statements: [string, string, (i: number) => unknown[]][] = [
     ['claim by seq (migration 009)', `SELECT ${cols} FROM ${s}.outbox_claim_seqs($1::bigint[], $2::smallint[], $3::integer, $4::text[]) o`, (i) => [[pendingSeq(i)], buckets, 500, []]],
     ['claim by seq as migration 008 made it', `SELECT ${cols} FROM ${s}.outbox_claim_seqs_v8($1::bigint[], $2::smallint[], $3::integer, $4::text[]) o`, (i) => [[pendingSeq(i)], buckets, 500, []]],
+    ['its query, prepared, generic plan forced by the session', bare.replace('$COLS', cols), (i) => [[pendingSeq(i)], buckets, 500, []]],
     ['ordinary claim', `SELECT ${cols} FROM ${s}.outbox_claim($1::smallint[], $2::integer, $3::text[]) o`, () => [buckets, 500, []]],
     ['bare primary-key SELECT', `SELECT ${cols} FROM ${s}.outbox o WHERE seq = $1`, (i) => [pendingSeq(i)]],
     ['SELECT 1', 'SELECT 1', () => []],
@@ -53,7 +70,7 @@ await withBench('claimseqs', async (bench) => {
         const ms: number[] = [];
         for (let i = 0; i < CLAIMS; i++) {
           const t = performance.now();
-          await c.query({ name: label, text, values: values(i) });
+          await (label.startsWith('its query') ? generic : c).query({ name: label, text, values: values(i) });
           ms.push(performance.now() - t);
         }
         ms.sort((a, b) => a - b);
@@ -66,6 +83,7 @@ await withBench('claimseqs', async (bench) => {
     }
   } finally {
     await c.end();
+    await generic.end();
   }
   console.log();
   printTable(['round', 'statement', 'p50 ms', 'p99 ms'], rows);
