@@ -13,7 +13,8 @@
  *
  * Settings: BENCH_AB_ROUNDS (4), BENCH_AB_SINKS (noop,http,nats), BENCH_AB_EVENTS (20000),
  * BENCH_KEYS (1000), BENCH_AB_CONFIGS (2:500: lanes:batch[:HTTP maxSockets], comma-separated,
- * each one arm per checkout).
+ * each one arm per checkout), BENCH_AB_NODE_FLAGS (`|`-separated node flag sets for the relay process,
+ * each one more arm; an empty set is the default: `|--maglev`).
  */
 import { fork } from 'node:child_process';
 import { resolve } from 'node:path';
@@ -38,7 +39,8 @@ const CONFIGS = (process.env.BENCH_AB_CONFIGS ?? '2:500').split(',').map((c) => 
 const workers = await Promise.all(
   checkouts.map(async (c) => ((await import(`${c}/bench/relay-process.ts`)) as { startRelayWorker: typeof StartRelayWorker }).startRelayWorker),
 );
-const arms = checkouts.flatMap((checkout, i) => CONFIGS.map((config) => ({ checkout, start: workers[i]!, ...config })));
+const FLAG_SETS = (process.env.BENCH_AB_NODE_FLAGS ?? '').split('|').map((f) => f.split(' ').filter(Boolean));
+const arms = checkouts.flatMap((checkout, i) => CONFIGS.flatMap((config) => FLAG_SETS.map((nodeFlags) => ({ checkout, start: workers[i]!, nodeFlags, ...config }))));
 const TSX = ['--conditions=txbox-source', '--import', 'tsx'];
 
 await withBench('relaycpuab', async (bench) => {
@@ -85,11 +87,11 @@ await withBench('relaycpuab', async (bench) => {
           else process.env.BENCH_HTTP_MAX_SOCKETS = String(arm.sockets); // read by the relay worker
           await backlog.restore(EVENTS);
           const before = sink === 'http' ? await receiverCpuUs() : 0;
-          const r = await arm.start({ schema: bench.schema, batchSize: arm.batch, lanes: arm.lanes, deleteOnPublish: false, expect: EVENTS, transport }).result;
+          const r = await arm.start({ schema: bench.schema, batchSize: arm.batch, lanes: arm.lanes, deleteOnPublish: false, expect: EVENTS, transport, ...(arm.nodeFlags.length > 0 ? { nodeFlags: arm.nodeFlags } : {}) }).result;
           const receiverUs = sink === 'http' ? ((await receiverCpuUs()) - before) / r.published : 0;
           const own = ((r.cpuMs ?? Number.NaN) * 1000) / r.published;
           const rate = (r.published * 1000) / r.ms;
-          const name = `${sink} ${arm.checkout} lanes ${arm.lanes} batch ${arm.batch}${arm.sockets === undefined ? '' : ` maxSockets ${arm.sockets}`}`;
+          const name = `${sink} ${arm.checkout} lanes ${arm.lanes} batch ${arm.batch}${arm.sockets === undefined ? '' : ` maxSockets ${arm.sockets}`}${arm.nodeFlags.length > 0 ? ` ${arm.nodeFlags.join(' ')}` : ''}`;
           const entry = results.get(name) ?? { rate: [], own: [], receiver: [] };
           results.set(name, entry);
           entry.rate.push(rate);
