@@ -63,9 +63,10 @@ export class PrivatePostgres {
     pgTool('pg_ctl', this.#startArgs());
   }
 
-  /** Stops (fast) and starts again without blocking this process. */
-  async restart(): Promise<void> {
+  /** Stops (fast), stays down `downMs`, and starts again, without blocking this process. */
+  async restart(downMs = 0): Promise<void> {
     await pgToolAsync('pg_ctl', ['-D', join(this.dir, 'data'), '-m', 'fast', '-w', 'stop']);
+    if (downMs > 0) await new Promise((r) => setTimeout(r, downMs));
     await pgToolAsync('pg_ctl', this.#startArgs());
   }
 
