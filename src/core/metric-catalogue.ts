@@ -110,6 +110,12 @@ export const METRICS = {
     help: 'WAL wake mode: bytes of WAL this relay\'s replication slot retains past what the relay confirmed (pg_current_wal_lsn() - confirmed_flush_lsn; PostgresRelayStore.wakeStatus()). Absent in the notify mode.',
     labels: [],
   },
+  relayWalSlotConfirmedAge: {
+    name: 'txbox_relay_wal_slot_confirmed_age_seconds',
+    kind: 'gauge',
+    help: 'WAL wake mode: seconds since this relay last confirmed its replication stream to the server (now() - pg_stat_replication.reply_time): the age of the slot\'s lag. A reading relay confirms every 100 ms; it grows while the relay stops reading. Absent in the notify mode.',
+    labels: [],
+  },
   inboxEvents: {
     name: 'txbox_inbox_events_total',
     kind: 'counter',

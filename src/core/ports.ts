@@ -106,6 +106,12 @@ export interface ClaimOptions {
   readonly skipParkedDestinations: readonly string[];
 }
 
+/** The lag of a relay's replication slot (`RelayStore.wakeSlotLag`). */
+export interface WakeSlotLag {
+  readonly bytes: number;
+  readonly confirmedAgeSeconds: number | null;
+}
+
 /**
  * The relay side of an outbox table. Buckets (hash slots of the key) are
  * leased to one relay at a time, judged by the database clock; every change a
@@ -189,11 +195,13 @@ export interface RelayStore {
    */
   outboxGauges?(): Promise<OutboxGauges>;
   /**
-   * Optional: in a log-based wake mode, the bytes of log this relay's slot
-   * retains past what it confirmed; null when no slot streams now (notify
-   * mode, fallback, starting). Read only when metrics are collected.
+   * Optional: in a log-based wake mode, the lag of this relay's slot: the
+   * bytes of log it retains past what the relay confirmed, and the seconds
+   * since the relay last confirmed (null when the server has no reply from it
+   * yet); null when no slot streams now (notify mode, fallback, starting).
+   * Read only when metrics are collected.
    */
-  wakeSlotLagBytes?(): Promise<number | null>;
+  wakeSlotLag?(): Promise<WakeSlotLag | null>;
   /** Releases connections the store opened itself. */
   close(): Promise<void>;
 }

@@ -1,6 +1,6 @@
 import type { StoredEvent } from '../core/envelope.ts';
 import type { MetricRecorder, Metrics } from '../core/metrics.ts';
-import type { Completion, OpenCircuit, OutboxGauges, PublishOutcome, RelayStore, Transport } from '../core/ports.ts';
+import type { Completion, OpenCircuit, OutboxGauges, PublishOutcome, RelayStore, Transport, WakeSlotLag } from '../core/ports.ts';
 import type { ResolvedRoute } from './routes.ts';
 
 export interface RelayMetricsDeps {
@@ -62,6 +62,7 @@ export class RelayMetrics {
   /** Destinations of the routes or seen since: their gauges are reported as 0 when they have nothing. */
   readonly #destinations = new Set<string>();
   #cached: { at: number; value: Promise<OutboxGauges | null> } | undefined;
+  #slotLagCached: { at: number; value: Promise<WakeSlotLag | null> } | undefined;
   /** Entries touched by the call or batch being tallied (reused: no allocation per call). */
   readonly #touchedCalls: CallRecorders[] = [];
   readonly #touchedOutcomes: OutcomeRecorders[] = [];
@@ -82,11 +83,15 @@ export class RelayMetrics {
         for (const d of this.#destinations) report(open.has(d) ? 1 : 0, [d, this.#transportOf(d)]);
       }),
     );
-    if (deps.store.wakeSlotLagBytes) {
+    if (deps.store.wakeSlotLag) {
       this.#unregister.push(
         metrics.observe('relayWalSlotLag', async (report) => {
-          const lag = await deps.store.wakeSlotLagBytes!().catch(() => null);
-          if (lag !== null) report(lag, []);
+          const lag = await this.#slotLag();
+          if (lag !== null) report(lag.bytes, []);
+        }),
+        metrics.observe('relayWalSlotConfirmedAge', async (report) => {
+          const lag = await this.#slotLag();
+          if (lag !== null && lag.confirmedAgeSeconds !== null) report(lag.confirmedAgeSeconds, []);
         }),
       );
     }
@@ -256,6 +261,15 @@ export class RelayMetrics {
   #transportOf(destination: string): string {
     if (this.#deps.routes.length === 1) return this.#transport;
     return transportLabel(this.#deps.routes.filter((r) => r.destinations === null || r.destinations.has(destination))) || this.#transport;
+  }
+
+  /** The slot's lag for both of its gauges: one query per collection (concurrent reads within 1 s share it). */
+  #slotLag(): Promise<WakeSlotLag | null> {
+    const now = performance.now();
+    if (this.#slotLagCached && now - this.#slotLagCached.at < 1000) return this.#slotLagCached.value;
+    const value = this.#deps.store.wakeSlotLag!().catch(() => null);
+    this.#slotLagCached = { at: now, value };
+    return value;
   }
 
   /** The database gauges, read at most once per `gaugeCacheMs` (concurrent collections share one read). */

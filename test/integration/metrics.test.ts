@@ -22,6 +22,7 @@ import {
   TransportError,
   uuidv7,
   type Metrics,
+  type MetricSpec,
   type OutboxEvent,
   type Transport,
 } from 'txbox';
@@ -291,8 +292,9 @@ describe('metrics through the OpenTelemetry SDK (the default: the global MeterPr
     assert.deepEqual(errors, []);
     const all = (resourceMetrics as ResourceMetrics).scopeMetrics.flatMap((sm) => sm.metrics);
     const byName = new Map(all.map((m) => [m.descriptor.name, m]));
-    // The WAL slot gauge reports only while a slot streams (wake: 'wal'; test/integration/postgres-wal.test.ts); this relay LISTENs.
-    const expected = Object.values(METRICS).filter((spec) => spec !== METRICS.relayWalSlotLag).map((spec) => otelInstrumentName(spec)).sort();
+    // The WAL slot gauges report only while a slot streams (wake: 'wal'; test/integration/postgres-wal.test.ts); this relay LISTENs.
+    const walOnly = new Set<MetricSpec>([METRICS.relayWalSlotLag, METRICS.relayWalSlotConfirmedAge]);
+    const expected = Object.values(METRICS).filter((spec) => !walOnly.has(spec)).map((spec) => otelInstrumentName(spec)).sort();
     assert.deepEqual([...byName.keys()].sort(), expected);
     const sum = (name: string, attrs: Record<string, string>): number => {
       const m = byName.get(name)!;
@@ -310,7 +312,7 @@ describe('metrics through the OpenTelemetry SDK (the default: the global MeterPr
     assert.equal(sum('txbox_inbox_events', { consumer: 'inventory', outcome: 'dead' }), 1);
     assert.equal(sum('txbox_inbox_lag_seconds', { consumer: 'inventory' }), 1);
     for (const spec of Object.values(METRICS)) {
-      if (spec === METRICS.relayWalSlotLag) continue; // WAL mode only (above)
+      if (walOnly.has(spec)) continue; // WAL mode only (above)
       const m = byName.get(otelInstrumentName(spec))!;
       assert.equal(m.descriptor.description, spec.help);
       assert.equal(m.descriptor.unit, spec.name.endsWith('_seconds') ? 's' : '1');

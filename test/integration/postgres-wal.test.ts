@@ -9,6 +9,8 @@ import { after, before, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import { randomBytes } from 'node:crypto';
+import { Registry } from 'prom-client';
+import { prometheusMetrics } from 'txbox/prometheus';
 import { createOutbox, createRelay, defineEvent, payloadType, type Logger } from 'txbox';
 import {
   dropPublication,
@@ -264,5 +266,24 @@ it('two relays, a slot each, woken by the WAL alone: every event once, per-key o
   } finally {
     await a.relay.stop();
     await b.relay.stop();
+  }
+});
+
+it('exports the slot lag as gauges while it streams: bytes, and the seconds since the relay last confirmed', async () => {
+  const registry = new Registry();
+  const store = new PostgresRelayStore({ schema: db.schema, connection: db.connection, wake: 'wal', logger: recordingLogger() });
+  const relay = createRelay({ store, transport: new RecordingTransport(), pollIntervalMs: 600_000, minPollIntervalMs: 600_000, leaseTtlMs: 5000, metrics: prometheusMetrics({ registry }) });
+  await relay.start();
+  try {
+    await waitFor('streaming', async () => (await store.wakeStatus()).mode === 'wal');
+    const value = async (name: string): Promise<number | undefined> => (await registry.getSingleMetric(name)?.get())?.values[0]?.value;
+    // The server records the relay's first reply a moment after the stream opens.
+    await waitFor('both gauges', async () => (await value('txbox_relay_wal_slot_lag_bytes')) !== undefined && (await value('txbox_relay_wal_slot_confirmed_age_seconds')) !== undefined, 10_000, 100);
+    assert.ok((await value('txbox_relay_wal_slot_lag_bytes'))! >= 0);
+    const age = (await value('txbox_relay_wal_slot_confirmed_age_seconds'))!;
+    assert.ok(age >= 0 && age < 5, `a reading relay confirms every 100 ms: ${age} s since its last reply`);
+    assert.match(await registry.metrics(), /# HELP txbox_relay_wal_slot_confirmed_age_seconds WAL wake mode: seconds since this relay last confirmed/);
+  } finally {
+    await relay.stop();
   }
 });

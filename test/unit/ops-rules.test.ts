@@ -134,6 +134,7 @@ it('the alerts the operations guide lists, each tested firing and silent', () =>
     'TxboxParkedEvents',
     'TxboxRelayFenced',
     'TxboxWalSlotLagHigh',
+    'TxboxWalSlotNotConfirmed',
   ]);
   const tests = readFileSync(root + RULE_TESTS, 'utf8').split(/- eval_time:/).slice(1);
   for (const name of names) {

@@ -2,7 +2,7 @@ import { performance } from 'node:perf_hooks';
 import { ConfigError } from '../../core/errors.ts';
 import type { StoredEvent } from '../../core/envelope.ts';
 import { scrubErrorText } from '../../core/error-text.ts';
-import type { BucketLease, ClaimOptions, Completion, OutboxGauges, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
+import type { BucketLease, ClaimOptions, Completion, OutboxGauges, RelayHeartbeat, RelayStore, WakeSlotLag } from '../../core/ports.ts';
 import { silentLogger, type Logger } from '../../core/logger.ts';
 import { PostgresWalWake } from './postgres-wal-wake.ts';
 import { WalClaimTargets } from './postgres-wal-targets.ts';
@@ -92,6 +92,8 @@ export interface WakeStatus {
   readonly slot: string | null;
   /** WAL the slot retains past what the relay confirmed (the `txbox_relay_wal_slot_lag_bytes` gauge). */
   readonly slotLagBytes: number | null;
+  /** Seconds since the relay last confirmed its stream (the `txbox_relay_wal_slot_confirmed_age_seconds` gauge); null when the server has no reply yet. */
+  readonly slotConfirmedAgeSeconds: number | null;
 }
 
 interface EventRow {
@@ -519,17 +521,24 @@ export class PostgresRelayStore implements RelayStore {
 
   /** How the relay is woken now; in WAL mode, the slot and its lag (one query on pg_replication_slots). */
   async wakeStatus(): Promise<WakeStatus> {
-    if (!this.#wal) return { mode: 'notify', slot: null, slotLagBytes: null };
+    const none = { slot: null, slotLagBytes: null, slotConfirmedAgeSeconds: null };
+    if (!this.#wal) return { mode: 'notify', ...none };
     const slot = this.#wal.slot;
-    if (slot === undefined) return { mode: this.#wal.state === 'fallback' ? 'fallback' : 'starting', slot: null, slotLagBytes: null };
+    if (slot === undefined) return { mode: this.#wal.state === 'fallback' ? 'fallback' : 'starting', ...none };
     const [s] = await walSlots(this.#db, this.names, slot);
-    return { mode: 'wal', slot, slotLagBytes: s ? s.lagBytes : null };
+    return { mode: 'wal', slot, slotLagBytes: s ? s.lagBytes : null, slotConfirmedAgeSeconds: s ? s.lastReplySeconds : null };
   }
 
-  /** The `txbox_relay_wal_slot_lag_bytes` gauge: null unless WAL mode is streaming. */
-  async wakeSlotLagBytes(): Promise<number | null> {
+  /** The `txbox_relay_wal_slot_lag_bytes` and `txbox_relay_wal_slot_confirmed_age_seconds` gauges: null unless WAL mode is streaming. */
+  async wakeSlotLag(): Promise<WakeSlotLag | null> {
     if (!this.#wal) return null;
-    return (await this.wakeStatus()).slotLagBytes;
+    const status = await this.wakeStatus();
+    return status.slotLagBytes === null ? null : { bytes: status.slotLagBytes, confirmedAgeSeconds: status.slotConfirmedAgeSeconds === null ? null : Math.max(0, status.slotConfirmedAgeSeconds) };
+  }
+
+  /** The bytes of WAL the slot retains past what the relay confirmed: null unless WAL mode is streaming. */
+  async wakeSlotLagBytes(): Promise<number | null> {
+    return (await this.wakeSlotLag())?.bytes ?? null;
   }
 
   /**
