@@ -19,7 +19,7 @@ import { parseEnvelope } from 'txbox/http';
 import { encodeStreamFields, parseStreamEntry } from 'txbox/redis';
 import { decodeSqsMessage, encodeSqsMessage } from 'txbox/sqs';
 import { parseNatsMessage } from 'txbox/nats';
-import { headers as natsHeaders } from '@nats-io/transport-node';
+import { headers as natsHeaders, MsgHdrsImpl } from '@nats-io/transport-node';
 import { parseKafkaMessage } from 'txbox/kafka';
 import { decodeRabbitMqMessage, encodeRabbitMqMessage } from 'txbox/rabbitmq';
 import { buildPubSubMessage, parsePubSubMessage } from 'txbox/pubsub';
@@ -146,7 +146,8 @@ describe('hostile strings', { timeout: 300_000 }, () => {
     nats: {
       encode: (e) => {
         const built = buildMessage(e, null);
-        return built.ok ? { subject: 'txbox.orders', data: built.message.body, headers: built.message.headers } : built;
+        // The header block as the server would pass it on, read back by nats.js's own parser.
+        return built.ok ? { subject: 'txbox.orders', data: built.message.body, headers: MsgHdrsImpl.decode(built.message.headers) } : built;
       },
       parse: (wire) => parseNatsMessage(wire as Parameters<typeof parseNatsMessage>[0]),
     },

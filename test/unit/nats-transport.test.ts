@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { NoRespondersError, PermissionViolationError, RequestError, errors, headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
+import { MsgHdrsImpl, NoRespondersError, PermissionViolationError, RequestError, errors, headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
 import { ConfigError, type OutboxEvent, type PublishOutcome } from 'txbox';
 import { NATS_HEADERS, NatsTransport, type NatsTransportOptions } from 'txbox/nats';
 
@@ -44,8 +44,10 @@ class ScriptedConnection {
   }
 
   publish(subject: string, data: Uint8Array, opts: { reply: string; headers: MsgHdrs }): void {
+    // What the server would receive: the encoded block, read back by nats.js's own parser.
+    const decoded = MsgHdrsImpl.decode((opts.headers as MsgHdrsImpl).encode());
     const headers = new Map<string, string>();
-    for (const k of opts.headers.keys()) headers.set(k, opts.headers.get(k));
+    for (const k of decoded.keys()) headers.set(k, decoded.get(k));
     const sent = { subject, data, headers };
     const reply = this.answer(subject, sent);
     if (reply instanceof Error && !(reply instanceof RequestError) && !(reply instanceof errors.TimeoutError)) throw reply;

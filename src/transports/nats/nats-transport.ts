@@ -7,7 +7,7 @@ import { AbortedError, ConfigError } from '../../core/errors.ts';
 import { TypedEmitter } from '../../core/emitter.ts';
 import type { PublishOutcome, Transport } from '../../core/ports.ts';
 import { AckFailure, JetStreamAcks, type AckResult } from './nats-acks.ts';
-import { buildMessage } from './nats-message.ts';
+import { buildMessage, encodedHeaders } from './nats-message.ts';
 import { ACK, classifyPublishError, connectFailure, fail, findError, jetStreamCheckFailure, messageOf, unroutable, type PublishFailureContext } from './nats-outcomes.ts';
 import { keyToken, subjectProblem } from './nats-subjects.ts';
 import { redactServer, resolveNatsTransportOptions, type NatsTransportOptions, type ResolvedNatsTransportOptions } from './nats-transport-options.ts';
@@ -216,7 +216,7 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
         outcomes[i] = this.#outcome(session, events[i]!, prepared.ctx, prepared.subject, result, routeChecks);
         if (--waiting === 0) allAcked();
       };
-      tokens.set(session.acks.publish(prepared.subject, prepared.body, prepared.headers, settle), i);
+      tokens.set(session.acks.publish(prepared.subject, prepared.body, encodedHeaders(prepared.headers), settle), i);
     }
     if (waiting > 0) {
       // One timer per call: what has no ack by then fails as a timeout (retriable, and checked for a missing stream).
@@ -241,7 +241,7 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
   }
 
   /** The route, subject and message of one event, or the outcome that it cannot be published. */
-  #prepare(session: Session, event: OutboxEvent): { readonly outcome: PublishOutcome } | { readonly subject: string; readonly body: Uint8Array; readonly headers: MsgHdrs; readonly ctx: PublishFailureContext } {
+  #prepare(session: Session, event: OutboxEvent): { readonly outcome: PublishOutcome } | { readonly subject: string; readonly body: Uint8Array; readonly headers: Uint8Array; readonly ctx: PublishFailureContext } {
     const route = this.#route(event.destination);
     if (!route.ok) return { outcome: route.outcome };
     const o = this.#options;
