@@ -62,8 +62,10 @@ export function buildMessage(event: OutboxEvent, expectedStream: string | null):
   const body = Buffer.from(json ?? 'null', 'utf8');
   // Names are distinct here (event headers named like txbox's are refused), so each is one line.
   // Nats-Msg-Id: the stream drops a re-publish within its duplicate window. Nats-Expected-Stream:
-  // the stream that stores the message must be this one, or the publish fails (err_code 10060).
-  // The id is a UUID and the stream a name the transport's options checked: nothing to refuse.
+  // the stream that stores the message must be this one, or the publish fails (err_code 10060);
+  // the transport's options checked its name.
+  const idProblem = fieldProblem(HEADER.msgId, event.id);
+  if (idProblem !== null) return { ok: false, reason: idProblem };
   let block = `${HEADER_START}${HEADER.msgId}: ${event.id}\r\n`;
   if (expectedStream !== null) block += `${HEADER.expectedStream}: ${expectedStream}\r\n`;
   let contentType = 'application/json';
@@ -85,23 +87,23 @@ export function buildMessage(event: OutboxEvent, expectedStream: string | null):
     if (problem) return { ok: false, reason: `event header ${JSON.stringify(name)} ${problem}` };
     block += `${name}: ${value}\r\n`;
   }
-  // One call per header, not a list of pairs: this runs once per event on the relay's hot path.
-  const add = (name: string, value: string): string | null => {
-    const problem = valueProblem(value);
-    if (problem) return `${name} ${problem}`;
-    block += `${name}: ${value}\r\n`;
-    return null;
-  };
+  // Checked one by one, then written in one template: no closure or list per event (the relay's hot path).
+  const occurredAt = event.occurredAt.toISOString();
+  const version = event.version !== null && event.version !== undefined ? String(event.version) : null;
   const problem =
-    add(HEADER.type, event.type) ??
-    add(HEADER.destination, event.destination) ??
-    add(HEADER.key, event.key) ??
-    add(HEADER.aggregateType, event.aggregateType) ??
-    add(HEADER.aggregateId, event.aggregateId) ??
-    add(HEADER.occurredAt, event.occurredAt.toISOString()) ??
-    add(HEADER.contentType, contentType) ??
-    (event.version !== null && event.version !== undefined ? add(HEADER.version, String(event.version)) : null);
+    fieldProblem(HEADER.type, event.type) ??
+    fieldProblem(HEADER.destination, event.destination) ??
+    fieldProblem(HEADER.key, event.key) ??
+    fieldProblem(HEADER.aggregateType, event.aggregateType) ??
+    fieldProblem(HEADER.aggregateId, event.aggregateId) ??
+    fieldProblem(HEADER.contentType, contentType) ??
+    (version === null ? null : fieldProblem(HEADER.version, version));
   if (problem !== null) return { ok: false, reason: problem };
+  block +=
+    `${HEADER.type}: ${event.type}\r\n${HEADER.destination}: ${event.destination}\r\n${HEADER.key}: ${event.key}\r\n` +
+    `${HEADER.aggregateType}: ${event.aggregateType}\r\n${HEADER.aggregateId}: ${event.aggregateId}\r\n` +
+    `${HEADER.occurredAt}: ${occurredAt}\r\n${HEADER.contentType}: ${contentType}\r\n`;
+  if (version !== null) block += `${HEADER.version}: ${version}\r\n`;
   const headers = Buffer.from(`${block}\r\n`, 'utf8');
   return { ok: true, message: { headers, body, bytes: body.length + headers.length } };
 }
@@ -115,12 +117,21 @@ export function encodedHeaders(block: Uint8Array): MsgHdrs {
   return { encode: () => block } as unknown as MsgHdrs;
 }
 
+/** CR, LF, or whitespace at either end (the characters `trim()` removes): what a header value cannot carry unchanged. */
+const UNSENDABLE = /[\r\n]|^\s|\s$/;
+
 /** Why a header value cannot travel unchanged, or null. */
 function valueProblem(value: unknown): string | null {
   if (typeof value !== 'string') return 'must be a string';
+  if (!UNSENDABLE.test(value)) return null;
   if (/[\r\n]/.test(value)) return 'contains CR or LF, which a NATS header cannot carry';
-  if (value.trim() !== value) return 'has leading or trailing whitespace, which nats.js would trim';
-  return null;
+  return 'has leading or trailing whitespace, which nats.js would trim';
+}
+
+/** `name` and why its value cannot travel unchanged, or null. */
+function fieldProblem(name: string, value: unknown): string | null {
+  const problem = valueProblem(value);
+  return problem === null ? null : `${name} ${problem}`;
 }
 
 

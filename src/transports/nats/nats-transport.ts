@@ -29,7 +29,8 @@ export interface NatsTransportEvents {
   duplicate: { readonly id: string; readonly stream: string; readonly seq: number };
 }
 
-type Route = { readonly ok: true; readonly subject: string; readonly stream: string | null } | { readonly ok: false; readonly outcome: PublishOutcome };
+/** A destination's subject and stream, and what a failed publish to it reports (built once per destination). */
+type Route = { readonly ok: true; readonly subject: string; readonly stream: string | null; readonly ctx: PublishFailureContext } | { readonly ok: false; readonly outcome: PublishOutcome };
 
 /** An open connection and the clients made from it. */
 interface Session {
@@ -246,14 +247,7 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
     if (!route.ok) return { outcome: route.outcome };
     const o = this.#options;
     const subject = o.keyInSubject ? `${route.subject}.${keyToken(event.key)}` : route.subject;
-    const ctx: PublishFailureContext = {
-      destination: event.destination,
-      subject: route.subject,
-      keyInSubject: o.keyInSubject,
-      stream: route.stream,
-      timeoutMs: o.publishTimeoutMs,
-      credentials: o.credentials,
-    };
+    const ctx = route.ctx;
     const built = buildMessage(event, route.stream);
     if (!built.ok) return { outcome: fail('permanent', `cannot publish to subject ${route.subject} (destination ${JSON.stringify(event.destination)}): ${built.reason}`) };
     const { message } = built;
@@ -303,12 +297,15 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
     const explicit = o.subjects.get(destination);
     const subject = explicit ?? (o.subjectPrefix === '' ? destination : `${o.subjectPrefix}.${destination}`);
     const problem = explicit === undefined ? subjectProblem(destination) : null;
-    route = problem
-      ? {
-          ok: false,
-          outcome: fail('permanent', `destination ${JSON.stringify(destination)} cannot be part of a NATS subject: it ${problem}; map it to a subject in subjects.${destination}`),
-        }
-      : { ok: true, subject, stream: o.streams.get(destination) ?? null };
+    if (problem) {
+      route = {
+        ok: false,
+        outcome: fail('permanent', `destination ${JSON.stringify(destination)} cannot be part of a NATS subject: it ${problem}; map it to a subject in subjects.${destination}`),
+      };
+    } else {
+      const stream = o.streams.get(destination) ?? null;
+      route = { ok: true, subject, stream, ctx: { destination, subject, keyInSubject: o.keyInSubject, stream, timeoutMs: o.publishTimeoutMs, credentials: o.credentials } };
+    }
     // Bounded by the number of distinct destinations, which the outbox fixes.
     this.#routes.set(destination, route);
     return route;
