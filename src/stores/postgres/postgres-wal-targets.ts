@@ -35,8 +35,8 @@ const MAX_RECENTLY_CLAIMED = 8192;
  * ordinary claims (the poll, `fullClaimEveryMs`). The stream announces a commit
  * once its record is flushed; the committing backend becomes visible to new
  * snapshots after that: a moment later, or after the standby answered under
- * synchronous replication. From the third miss on the row is looked for again
- * after 2, 4, ... 512 ms (about 1 s in all) without waiting for a wake-up.
+ * synchronous replication. After each miss the row is looked for again after
+ * 1, 2, 4, ... 512 ms (about 1 s in all) without waiting for a wake-up.
  */
 const MAX_MISSES = 10;
 
@@ -172,9 +172,8 @@ export class WalClaimTargets {
    * The claim by seq of `plan`, started at `now`, returned `rows`. A row asked
    * for and not returned is not visible yet (the stream can announce a commit
    * before it is), blocked, or already done. It stays announced: asked for
-   * again by the next claim (the 1 ms second look after a wake-up, or a later
-   * one), and from its third miss on after 2, 4, ... ms (`lookInMs`) until
-   * MAX_MISSES, then given up to the ordinary claims. At its second miss the
+   * again by the lane's next claim, at the latest 1, 2, 4, ... ms after each
+   * miss (`lookInMs`), until MAX_MISSES, then given up to the ordinary claims. At its second miss the
    * lane's ordinary claim runs next, in case an unannounced row holds it back.
    * Rows past a full batch stay announced. Returns true when the lane's next
    * claim must be the ordinary one.
@@ -214,7 +213,8 @@ export class WalClaimTargets {
       this.#missed.set(seq, misses);
       back.push([seq, b]);
       if (misses === 2) ordinaryNext = true;
-      if (misses >= 2) this.#lookAt[b] = Math.min(this.#lookAt[b]!, now + 2 ** (misses - 1));
+      // Looked for again after 1, 2, 4, ... 512 ms, whatever woke the claim that missed it.
+      this.#lookAt[b] = Math.min(this.#lookAt[b]!, now + 2 ** (misses - 1));
     }
     // Given back before what was announced meanwhile (still in seq order within a bucket, as asked).
     for (let i = back.length - 1; i >= 0; i--) {
