@@ -108,7 +108,8 @@ interface EventRow {
   /** Text: the claim selects `payload::text`. */
   payload: string;
   headers: Record<string, string>;
-  occurred_at: Date | string;
+  /** occurred_at in whole epoch ms. */
+  occurred_ms: number;
   version: string | number | null;
   attempts: number;
   routes_done: string[] | null;
@@ -143,7 +144,7 @@ export function rowToEvent(r: EventRow): StoredEvent {
       return parsed;
     },
     headers: r.headers,
-    occurredAt: r.occurred_at instanceof Date ? r.occurred_at : new Date(r.occurred_at),
+    occurredAt: new Date(r.occurred_ms),
     version: r.version === null ? null : Number(r.version),
     attempts: r.attempts,
     routesDone: r.routes_done ?? [],

@@ -59,8 +59,10 @@ export function postgresNames(options: PostgresNamesOptions = {}, field = ''): P
 }
 
 /** The payload as text: the relay hands it to transports as it is (see `OutboxEvent.payloadJson`). */
+// occurred_at as whole epoch milliseconds (what a Date holds; pg's timestamp parser, a regular expression and
+// date arithmetic per row, was about 5% of a relay's own CPU when draining): floor, as that parser truncates the microseconds.
 const EVENT_COLUMNS = `o.seq, o.id, o.type, o.aggregate_type, o.aggregate_id, o.key, o.bucket, o.destination,
-  o.payload::text AS payload, o.headers, o.occurred_at, o.version, o.attempts, o.routes_done,
+  o.payload::text AS payload, o.headers, floor(extract(epoch FROM o.occurred_at) * 1000)::float8 AS occurred_ms, o.version, o.attempts, o.routes_done,
   (extract(epoch FROM o.created_at) * 1000)::float8 AS created_ms`;
 
 export { EVENT_COLUMNS };

@@ -181,6 +181,28 @@ export function runStoreConformance<Tx>(options: StoreConformanceOptions<Tx>): v
       assert.equal(transport.acked.filter((e) => lost.includes(e.id)).length, 0, 'nothing rolled back is published');
     });
 
+    it('the envelope arrives as enqueued: occurredAt to the millisecond (before 1970 too), version, headers and the payload', async () => {
+      const at = [new Date('2026-11-28T09:00:00.123Z'), new Date(-1), new Date('0001-01-01T00:00:00.999Z')];
+      const ids = await ns.transaction((tx) =>
+        outbox.enqueue(
+          tx,
+          at.map((occurredAt, i) => Item({ aggregateId: `envelope-${i}`, payload: { n: i }, occurredAt, version: i + 1, headers: { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' } })),
+        ),
+      );
+      const transport = new RecordingTransport();
+      await relay(transport).start();
+      await waitFor('the three published', () => ids.every((id) => transport.acked.some((e) => e.id === id)));
+      await stopAll();
+      for (let i = 0; i < ids.length; i++) {
+        const e = transport.acked.find((x) => x.id === ids[i])!;
+        assert.equal(e.occurredAt.getTime(), at[i]!.getTime(), `occurredAt of event ${i}`);
+        assert.equal(e.version, i + 1);
+        assert.deepEqual(e.headers, { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' });
+        assert.deepEqual(e.payload, { n: i });
+        assert.equal(e.key, `Item:envelope-${i}`);
+      }
+    });
+
     it('three relays drain concurrently, with commits going on and one relay leaving midway: every event once, per-key order intact', async () => {
       const committed = new Map<string, string[]>();
       const keys = 24;
