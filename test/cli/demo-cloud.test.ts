@@ -33,7 +33,7 @@ function assertVerified(r: CliResult, what: string): void {
 
 describe('txbox demo over the cloud emulators', () => {
   it('--transport pubsub: verified through the emulator (relay crashes included); its topic and subscription are deleted after', { skip: skipPubSub, timeout: 200_000 }, async () => {
-    const r = await runCli(['demo', '--transport', 'pubsub', '--events', '300', '--crash-relay-every', '1s', '--database-url', DATABASE_URL], { PUBSUB_EMULATOR_HOST: EMULATOR_HOST }, 190_000);
+    const r = await runCli(['demo', '--transport', 'pubsub', '--events', '300', '--crash-relay-every', '300ms', '--database-url', DATABASE_URL], { PUBSUB_EMULATOR_HOST: EMULATOR_HOST }, 190_000);
     assertVerified(r, 'demo over pubsub');
     const topic = /Google Pub\/Sub \(topic (txbox-demo-[0-9a-f]+) on the emulator at /.exec(r.stdout)?.[1];
     assert.ok(topic, r.stdout);
