@@ -5,32 +5,21 @@
  * themselves, and a commit after the restart wakes it by NOTIFY alone
  * (polling every 10 minutes). The WAL mode's twin is wal-server-restart.test.ts.
  */
-import { after, before, it } from 'node:test';
+import { it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createOutbox, createRelay, defineEvent, payloadType } from 'txbox';
-import { migratePostgres, pgConnection, postgresNames, PostgresOutboxStore, PostgresRelayStore, type PostgresConnection } from 'txbox/postgres';
+import { PostgresOutboxStore, PostgresRelayStore } from 'txbox/postgres';
 import { RecordingTransport } from 'txbox/testing';
-import { PrivatePostgres, privatePostgresAvailable as available } from '../helpers/private-postgres.ts';
+import { privatePostgresForFile } from '../helpers/private-postgres.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const E = defineEvent({ type: 'E', aggregateType: 'A', destination: 'd', payload: payloadType<{ n: number }>() });
-let server: PrivatePostgres | undefined;
-let connection: PostgresConnection | undefined;
+const cluster = privatePostgresForFile();
 
-before(async () => {
-  if (available) server = await PrivatePostgres.create();
-});
-
-after(async () => {
-  await connection?.close().catch(() => {});
-  server?.destroy();
-});
-
-it('is woken by NOTIFY again after the server restarts, and publishes what was committed before and after', { skip: !available && 'initdb not found', timeout: 90_000 }, async () => {
-  connection = pgConnection({ connectionString: server!.url, maxConnections: 4 });
-  await migratePostgres(connection, postgresNames({ schema: 'txbox' }));
+it('is woken by NOTIFY again after the server restarts, and publishes what was committed before and after', { skip: cluster.skip, timeout: 90_000 }, async () => {
+  const connection = await cluster.connect(4);
   const outbox = createOutbox({ store: new PostgresOutboxStore(), events: [E] });
-  const produce = (n: number) => connection!.transaction((tx) => outbox.enqueue(tx, E({ aggregateId: `k${n}`, payload: { n } })));
+  const produce = (n: number) => connection.transaction((tx) => outbox.enqueue(tx, E({ aggregateId: `k${n}`, payload: { n } })));
   const transport = new RecordingTransport();
   const store = new PostgresRelayStore({ connection });
   const relay = createRelay({ store, transport, pollIntervalMs: 600_000, minPollIntervalMs: 600_000, leaseTtlMs: 4000 });
@@ -41,7 +30,7 @@ it('is woken by NOTIFY again after the server restarts, and publishes what was c
     const [first] = await produce(1);
     await waitFor('published before the restart', () => transport.acked.some((e) => e.id === first), 30_000);
 
-    await server!.restart(3000); // down for 3 s: the relay's claims and lease renewals fail meanwhile
+    await cluster.server().restart(3000); // down for 3 s: the relay's claims and lease renewals fail meanwhile
     // Committed at once after the restart, maybe before the LISTEN connection is back: the reconnect's catch-up
     // wake-up or the NOTIFY itself must wake the relay, never the 10-minute poll.
     const [second] = await produce(2);

@@ -13,31 +13,20 @@
  * synchronous_commit=local except the producer's transaction, which asks for
  * `on` and so stays committed-but-invisible until its wait is cancelled.
  */
-import { after, before, it } from 'node:test';
+import { it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import { createOutbox, createRelay, defineEvent, payloadType } from 'txbox';
-import { migratePostgres, pgConnection, postgresNames, PostgresOutboxStore, PostgresRelayStore, type PostgresConnection } from 'txbox/postgres';
+import { PostgresOutboxStore, PostgresRelayStore } from 'txbox/postgres';
 import { RecordingTransport } from 'txbox/testing';
-import { PrivatePostgres, privatePostgresAvailable as available } from '../helpers/private-postgres.ts';
+import { privatePostgresForFile } from '../helpers/private-postgres.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const E = defineEvent({ type: 'E', aggregateType: 'A', destination: 'd', payload: payloadType<{ n: number }>() });
-let server: PrivatePostgres | undefined;
-let connection: PostgresConnection | undefined;
+const cluster = privatePostgresForFile({ synchronous_standby_names: 'ghost', synchronous_commit: 'local' });
 
-before(async () => {
-  if (available) server = await PrivatePostgres.create({ synchronous_standby_names: 'ghost', synchronous_commit: 'local' });
-});
-
-after(async () => {
-  await connection?.close().catch(() => {});
-  server?.destroy();
-});
-
-it('publishes a row announced before it was visible, once it is, without waiting for the poll', { skip: !available && 'initdb not found', timeout: 60_000 }, async () => {
-  connection = pgConnection({ connectionString: server!.url, maxConnections: 6 });
-  await migratePostgres(connection, postgresNames({ schema: 'txbox' }));
+it('publishes a row announced before it was visible, once it is, without waiting for the poll', { skip: cluster.skip, timeout: 60_000 }, async () => {
+  const connection = await cluster.connect(6);
   const outbox = createOutbox({ store: new PostgresOutboxStore({ notify: false }), events: [E] });
   const transport = new RecordingTransport();
   const store = new PostgresRelayStore({ connection, wake: 'wal', walFullClaimEveryMs: 600_000 });
@@ -46,7 +35,7 @@ it('publishes a row announced before it was visible, once it is, without waiting
   relay.on('error', ({ error }) => errors.push(error));
   await relay.start();
   // The producer commits on a client of its own: its COMMIT waits for the standby that never comes.
-  const producer = new pg.Client({ connectionString: server!.url });
+  const producer = new pg.Client({ connectionString: cluster.server().url });
   producer.on('notice', () => {}); // "canceling wait for synchronous replication"
   await producer.connect();
   try {

@@ -7,31 +7,20 @@
  * blocking this process: a fast shutdown waits for the walsender to be told
  * (by the relay, in this process) that it received everything.
  */
-import { after, before, it } from 'node:test';
+import { it } from 'node:test';
 import { createOutbox, createRelay, defineEvent, payloadType } from 'txbox';
-import { migratePostgres, pgConnection, postgresNames, PostgresOutboxStore, PostgresRelayStore, type PostgresConnection } from 'txbox/postgres';
+import { PostgresOutboxStore, PostgresRelayStore } from 'txbox/postgres';
 import { RecordingTransport } from 'txbox/testing';
-import { PrivatePostgres, privatePostgresAvailable as available } from '../helpers/private-postgres.ts';
+import { privatePostgresForFile } from '../helpers/private-postgres.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const E = defineEvent({ type: 'E', aggregateType: 'A', destination: 'd', payload: payloadType<{ n: number }>() });
-let server: PrivatePostgres | undefined;
-let connection: PostgresConnection | undefined;
+const cluster = privatePostgresForFile();
 
-before(async () => {
-  if (available) server = await PrivatePostgres.create();
-});
-
-after(async () => {
-  await connection?.close().catch(() => {});
-  server?.destroy();
-});
-
-it('streams again from a new slot after the server restarts', { skip: !available && 'initdb not found', timeout: 90_000 }, async () => {
-  connection = pgConnection({ connectionString: server!.url, maxConnections: 4 });
-  await migratePostgres(connection, postgresNames({ schema: 'txbox' }));
+it('streams again from a new slot after the server restarts', { skip: cluster.skip, timeout: 90_000 }, async () => {
+  const connection = await cluster.connect(4);
   const outbox = createOutbox({ store: new PostgresOutboxStore({ notify: false }), events: [E] });
-  const produce = (n: number) => connection!.transaction((tx) => outbox.enqueue(tx, E({ aggregateId: `k${n}`, payload: { n } })));
+  const produce = (n: number) => connection.transaction((tx) => outbox.enqueue(tx, E({ aggregateId: `k${n}`, payload: { n } })));
   const transport = new RecordingTransport();
   const store = new PostgresRelayStore({ connection, wake: 'wal' });
   const relay = createRelay({ store, transport, pollIntervalMs: 600_000, minPollIntervalMs: 600_000, leaseTtlMs: 4000 });
@@ -43,7 +32,7 @@ it('streams again from a new slot after the server restarts', { skip: !available
     const [first] = await produce(1);
     await waitFor('published before the restart', () => transport.acked.some((e) => e.id === first));
 
-    await server!.restart();
+    await cluster.server().restart();
 
     await waitFor('streaming from a new slot', async () => {
       const s = await store.wakeStatus().catch(() => undefined);

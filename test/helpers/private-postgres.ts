@@ -4,11 +4,13 @@
  * server-wide settings, which the shared server on 5432 must never see.
  * `available` is false where initdb is missing (the tests skip).
  */
+import { after, before } from 'node:test';
 import { execFile, execFileSync } from 'node:child_process';
 import { promisify } from 'node:util';
 import { chownSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
+import { migratePostgres, pgConnection, postgresNames, type PostgresConnection } from 'txbox/postgres';
 import { freePort } from './ports.ts';
 
 const BIN = '/usr/lib/postgresql/15/bin';
@@ -79,4 +81,36 @@ export class PrivatePostgres {
     }
     rmSync(this.dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * A private cluster for one test file: created before its tests (with
+ * `settings`) where initdb exists, destroyed after them, with every
+ * connection `connect` opened closed first. Its tests skip with `skip`.
+ */
+export function privatePostgresForFile(settings: Readonly<Record<string, string>> = {}): {
+  readonly skip: false | string;
+  server(): PrivatePostgres;
+  /** A connection to the cluster's `postgres` database, the txbox outbox migrated in schema `txbox`. */
+  connect(maxConnections: number): Promise<PostgresConnection>;
+} {
+  let server: PrivatePostgres | undefined;
+  const connections: PostgresConnection[] = [];
+  before(async () => {
+    if (privatePostgresAvailable) server = await PrivatePostgres.create(settings);
+  });
+  after(async () => {
+    for (const c of connections) await c.close().catch(() => {});
+    server?.destroy();
+  });
+  return {
+    skip: !privatePostgresAvailable && 'initdb not found',
+    server: () => server!,
+    async connect(maxConnections) {
+      const connection = pgConnection({ connectionString: server!.url, maxConnections });
+      connections.push(connection);
+      await migratePostgres(connection, postgresNames({ schema: 'txbox' }));
+      return connection;
+    },
+  };
 }
