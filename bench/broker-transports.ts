@@ -5,6 +5,8 @@
  * sets the RabbitMQ transport's `channels`.
  */
 import type { Transport } from 'txbox';
+import { HttpTransport } from 'txbox/http';
+import type { RelayWorkerConfig } from './relay-process.ts';
 
 export type BrokerSpec =
   | { readonly kind: 'kafka'; readonly topic: string }
@@ -39,4 +41,15 @@ export async function brokerTransport(spec: BrokerSpec): Promise<Transport> {
       return new RabbitMqTransport({ url: RABBITMQ_URL, destinations: { orders: { exchange: '', routingKey: spec.queue } }, ...channels });
     }
   }
+}
+
+/**
+ * The transport a drain's sink names, as the benchmark's own process builds it
+ * (the ceilings of bench/peer-graphile-worker.ts): an unsigned HttpTransport to
+ * the receiver, or the broker transport of the spec. No-op sinks have none.
+ */
+export async function sinkTransport(sink: RelayWorkerConfig['transport']): Promise<Transport> {
+  if (sink.kind === 'http') return new HttpTransport({ endpoints: { orders: sink.url }, timeoutMs: 10_000, allowUnsigned: true });
+  if (sink.kind === 'broker') return brokerTransport(sink.spec);
+  throw new Error(`no transport for sink ${sink.kind}`);
 }

@@ -554,28 +554,38 @@ export function memoryInboxStore(): InboxStore {
 /**
  * Publishes `events` OrderPlaced events over `keys` keys straight through a
  * transport, in calls of `batch` (the relay's shape: one event per key per call
- * when batch <= keys), and returns the rate and each call's duration in ms.
- * Starts and closes the transport. A failed outcome throws.
+ * when batch <= keys), `concurrency` calls at a time (default 1, the relay's
+ * lanes), and returns the rate and each call's duration in ms (in the order
+ * the calls ended). Starts and closes the transport; `timeStart` counts the
+ * start in the rate (a fresh process connecting, as a relay's drain does). A
+ * failed outcome throws.
  */
 export async function timePublishCalls(
   transport: Transport,
-  shape: { readonly events: number; readonly batch: number; readonly keys: number; readonly payload: unknown },
+  shape: { readonly events: number; readonly batch: number; readonly keys: number; readonly payload: unknown; readonly concurrency?: number; readonly timeStart?: boolean },
 ): Promise<{ rate: number; calls: number[] }> {
+  const beforeStart = performance.now();
   await transport.start?.(AbortSignal.timeout(60_000));
   const calls: number[] = [];
-  const started = performance.now();
-  for (let from = 0; from < shape.events; from += shape.batch) {
-    const events: OutboxEvent[] = [];
-    for (let i = from; i < Math.min(shape.events, from + shape.batch); i++) {
-      const k = String(i % shape.keys);
-      events.push({ id: uuidv7(), type: 'OrderPlaced', aggregateType: 'Order', aggregateId: k, key: `Order:${k}`, destination: 'orders', payload: shape.payload, headers: {}, occurredAt: new Date(), version: null });
+  const started = shape.timeStart ? beforeStart : performance.now();
+  let next = 0;
+  const lane = async (): Promise<void> => {
+    while (next < shape.events) {
+      const from = next;
+      next = Math.min(shape.events, from + shape.batch);
+      const events: OutboxEvent[] = [];
+      for (let i = from; i < next; i++) {
+        const k = String(i % shape.keys);
+        events.push({ id: uuidv7(), type: 'OrderPlaced', aggregateType: 'Order', aggregateId: k, key: `Order:${k}`, destination: 'orders', payload: shape.payload, headers: {}, occurredAt: new Date(), version: null });
+      }
+      const t = performance.now();
+      const outcomes = await transport.publish(events, AbortSignal.timeout(60_000));
+      calls.push(performance.now() - t);
+      const failed = outcomes.find((o) => !o.ok);
+      if (failed && !failed.ok) throw failed.error;
     }
-    const t = performance.now();
-    const outcomes = await transport.publish(events, AbortSignal.timeout(60_000));
-    calls.push(performance.now() - t);
-    const failed = outcomes.find((o) => !o.ok);
-    if (failed && !failed.ok) throw failed.error;
-  }
+  };
+  await Promise.all(Array.from({ length: shape.concurrency ?? 1 }, lane));
   const rate = (shape.events / (performance.now() - started)) * 1000;
   await transport.close?.();
   return { rate, calls };

@@ -47,10 +47,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { run, runMigrations } from 'graphile-worker';
 import type { OutboxEvent } from 'txbox';
 import { Backlog, benchOutbox, DATABASE_URL, envInt, envList, fmtInt, log, machine, mb, median, orderEvent, orderPayload, percentile, perSec, printTable, resetOutbox, settle, summary, timePublishCalls, withBench, type Bench } from './lib.ts';
-import { HttpTransport } from 'txbox/http';
 import { startRelayWorker, type RelayWorkerConfig } from './relay-process.ts';
 import { fmtMs, measureCommitToAck } from './commit-to-ack.ts';
-import { brokerTransport, NATS_SERVERS, type BrokerSpec } from './broker-transports.ts';
+import { NATS_SERVERS, sinkTransport, type BrokerSpec } from './broker-transports.ts';
 import { graphileOptions, type EventJob, type GraphileWorkerConfig, type GraphileWorkerMessage } from './graphile-worker-process.ts';
 import type { ReceiverMessage } from './receiver-process.ts';
 import type { CpuWindow } from './cpu-window.ts';
@@ -162,14 +161,7 @@ async function graphileDrain(gw: GraphileSchema, n: number, sink: Sink): Promise
  * raw / graphile-worker only by graphile-worker being slower than its own share.
  */
 async function rawTransportRate(n: number, sink: Sink): Promise<number> {
-  const transport =
-    sink.kind === 'http'
-      ? new HttpTransport({ endpoints: { orders: sink.url }, timeoutMs: 10_000, allowUnsigned: true })
-      : sink.kind === 'broker'
-        ? await brokerTransport(sink.spec)
-        : null;
-  if (transport === null) throw new Error(`no raw transport for sink ${sink.kind}`);
-  return (await timePublishCalls(transport, { events: n, batch: 500, keys: KEYS, payload: orderPayload(1, 1) })).rate;
+  return (await timePublishCalls(await sinkTransport(sink), { events: n, batch: 500, keys: KEYS, payload: orderPayload(1, 1) })).rate;
 }
 
 const ALONE_WORKER = fileURLToPath(new URL('./transport-alone-process.ts', import.meta.url));
