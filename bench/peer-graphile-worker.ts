@@ -37,7 +37,8 @@
  *
  * Settings: BENCH_ROUNDS (3), BENCH_PARTS (drain,latency,producer), BENCH_PEER_SINKS (noop,http,nats: which drains),
  * BENCH_PEER_WAKES (notify,wal: txbox's wake modes in the latency part, each beside graphile-worker's run of the same round),
- * BENCH_LATENCY_SECONDS (10), BENCH_SECONDS (10, producer, per system and round), BENCH_KEYS (1000).
+ * BENCH_LATENCY_SECONDS (10), BENCH_SECONDS (10, producer, per system and round), BENCH_KEYS (1000),
+ * BENCH_PEER_ALONE_REPEAT (1: the cold ceiling's process drains that many times and logs each drain's CPU per event).
  */
 import pg from 'pg';
 import { fork, type ChildProcess } from 'node:child_process';
@@ -164,6 +165,8 @@ async function rawTransportRate(n: number, sink: Sink): Promise<number> {
   return (await timePublishCalls(await sinkTransport(sink), { events: n, batch: 500, keys: KEYS, payload: orderPayload(1, 1) })).rate;
 }
 
+/** BENCH_PEER_ALONE_REPEAT (1): drains the cold ceiling's process runs back to back; above 1 the log shows each one's CPU per event (the warm-up). */
+const ALONE_REPEAT = envInt('BENCH_PEER_ALONE_REPEAT', 1);
 const ALONE_WORKER = fileURLToPath(new URL('./transport-alone-process.ts', import.meta.url));
 
 /**
@@ -171,15 +174,15 @@ const ALONE_WORKER = fileURLToPath(new URL('./transport-alone-process.ts', impor
  * process (bench/transport-alone-process.ts), as each drain's relay and worker start fresh. Events/s and
  * the process's CPU per event (µs).
  */
-async function coldTransportRate(n: number, sink: Sink): Promise<{ rate: number; cpuUs: number }> {
+async function coldTransportRate(n: number, sink: Sink): Promise<{ rate: number; cpuUs: number; cpuUsPerDrain: number[] }> {
   const child = fork(ALONE_WORKER, [], { execArgv: TSX, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-  child.send({ sink, n, keys: KEYS } satisfies TransportAloneConfig);
+  child.send({ sink, n, keys: KEYS, repeat: ALONE_REPEAT } satisfies TransportAloneConfig);
   const m = await new Promise<TransportAloneMessage>((resolve, reject) => {
     child.once('message', resolve);
     child.once('exit', (code) => reject(new Error(`transport-alone process exited with ${String(code)} before reporting`)));
   });
   if (m.type === 'error') throw new Error(`transport-alone process failed: ${m.message}`);
-  return { rate: m.rate, cpuUs: (m.cpuMs * 1000) / n };
+  return { rate: m.rate, cpuUs: (m.cpuMs * 1000) / n, cpuUsPerDrain: m.cpuMsPerDrain.map((ms) => (ms * 1000) / n) };
 }
 
 interface CpuPerEvent {
@@ -424,7 +427,7 @@ await withBench('peer', async (bench) => {
               log(`round ${round} ${s.row.what}: the transport alone, no database ${fmtInt(rate)} events/s (the ceiling); ${machine()}`);
               const cold = await coldTransportRate(s.n, await s.sink());
               s.row.cold.push(cold.rate);
-              log(`round ${round} ${s.row.what}: the transport alone in a fresh process, no database ${fmtInt(cold.rate)} events/s, its CPU ${cold.cpuUs.toFixed(0)} µs per event (the cold ceiling); ${machine()}`);
+              log(`round ${round} ${s.row.what}: the transport alone in a fresh process, no database ${fmtInt(cold.rate)} events/s, its CPU ${cold.cpuUs.toFixed(0)} µs per event (the cold ceiling)${cold.cpuUsPerDrain.length > 1 ? `; the same process's drains 1-${cold.cpuUsPerDrain.length}: ${cold.cpuUsPerDrain.map((us) => us.toFixed(1)).join(' / ')} µs per event` : ''}; ${machine()}`);
             }
           }
         }
