@@ -87,6 +87,8 @@ Options:
       if (report.logTail.length > 0) out(`last relay log lines:\n${report.logTail.map((l) => `  ${l}`).join('\n')}`);
       return EXIT.failure;
     }
+    // Not a failure (each was replaced), but the reason should not need another run to find.
+    if (report.unexpectedRelayExits > 0 && report.logTail.length > 0) out(`last relay log lines (${report.unexpectedRelayExits} relay(s) exited by themselves):\n${report.logTail.map((l) => `  ${l}`).join('\n')}`);
     out('ok: nothing lost, nothing phantom, every key in order');
     return EXIT.ok;
   },
