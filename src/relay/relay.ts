@@ -337,11 +337,13 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
       const claimStarted = performance.now();
       // A claim that runs while the previous batch is being marked leaves out the rows of that batch's
       // keys: when it finds nothing, it is no answer yet (also when the mark ended during the claim).
-      const whileMarking = marking.current !== null;
+      // The ordinary claim after the mark is an answer: empty, the lane waits.
+      let whileMarking = false;
       try {
         // While the previous batch is being marked its rows are still pending: only a claim that
         // knows to leave them (and every later row of their keys) out may run; else wait for the mark.
         events = marking.current === null ? null : await store.claimWhileMarking!(leases, options);
+        whileMarking = events !== null;
         if (events === null) {
           await marking.current;
           events = await store.claim(leases, options);

@@ -171,6 +171,31 @@ it('PGlite cannot stream: walProblems says so, and a relay asked for wal keeps N
   }
 });
 
+it('falling back (PGlite): a retry that came due does not make an idle lane claim in a loop', async () => {
+  const lite = await openDb('pglite');
+  const store = new PostgresRelayStore({ schema: lite.schema, connection: lite.connection, wake: 'wal', logger: recordingLogger() });
+  try {
+    const signal = new AbortController().signal;
+    const leases = [{ bucket: 0, token: '1' }];
+    await store.waitForEvents(20, signal, undefined, [0]); // starts the stream, which PGlite cannot give: fallback
+    await waitFor('the fallback', async () => (await store.wakeStatus()).mode === 'fallback');
+    // A retry this relay recorded (the WAL mode's claims by seq wake for it while streaming), due in 5 ms.
+    await store.complete('r', [{ seq: 1, token: '1', outcome: 'retry', delayMs: 5, error: 'test' }]);
+    await new Promise((r) => setTimeout(r, 10));
+    const before = store.claimStats().ordinary;
+    const started = performance.now();
+    while (performance.now() - started < 600) {
+      await store.claim(leases, { limit: 10, skipParkedDestinations: [] });
+      await store.waitForEvents(200, signal, store.wakeups([0]), [0]);
+    }
+    const claims = store.claimStats().ordinary - before;
+    assert.ok(claims <= 5, `an idle lane polling every 200 ms for 600 ms claims about 3 times, not ${claims}`);
+  } finally {
+    await store.close();
+    await lite.close();
+  }
+});
+
 it('confirms promptly: WAL written to other tables while the outbox is idle is released from the slot', async () => {
   const transport = new RecordingTransport();
   const { store, relay } = walRelay(db.connection, transport);

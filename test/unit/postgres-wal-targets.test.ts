@@ -61,3 +61,42 @@ it('a missed row that turns up ends the looks; other buckets are not woken for i
   assert.deepEqual(t.plan(leases, 4), { kind: 'none' });
   assert.equal(t.lookInMs([1], 4), Number.POSITIVE_INFINITY);
 });
+
+it('every retry or deferral recorded wakes the lanes when it comes due, not only the earliest', () => {
+  const t = seenTargets();
+  t.dueAt(100); // one event's retry
+  t.dueAt(5000); // another key's, later
+  t.dueAt(3000);
+  assert.equal(t.dueInMs(50), 50);
+  assert.deepEqual(t.plan(leases, 100), { kind: 'full' }, 'the first due: the ordinary claim');
+  t.afterFull(leases, [], 500, 100);
+  assert.equal(t.dueInMs(100), 2900, 'the next one still wakes the lane');
+  assert.deepEqual(t.plan(leases, 200), { kind: 'none' }, 'nothing due in between');
+  assert.deepEqual(t.plan(leases, 3000), { kind: 'full' });
+  t.afterFull(leases, [], 500, 3000);
+  assert.equal(t.dueInMs(3000), 2000);
+  assert.deepEqual(t.plan(leases, 5001), { kind: 'full' });
+  t.afterFull(leases, [], 500, 5001);
+  assert.equal(t.dueInMs(5001), Number.POSITIVE_INFINITY);
+});
+
+it('a row claimed before its commit was announced is not asked for by seq when the announcement comes, however many unannounced rows other lanes claimed before', () => {
+  const a = [{ bucket: 0, token: 'a' }];
+  const b = [{ bucket: 1, token: 'b' }];
+  const t = new WalClaimTargets(60_000);
+  const drainB = (from: number, batches: number): void => {
+    for (let i = 0; i < batches; i++) {
+      t.plan(b, 1);
+      t.afterFull(b, Array.from({ length: 1000 }, (_, j) => ({ seq: from + i * 1000 + j, bucket: 1 })), 1001, 1);
+    }
+  };
+  // Lane B drains rows the stream never announces (committed before it started): 8,000 of them.
+  drainB(100_000, 8);
+  // Lane A's ordinary claim returns seq 5 before the stream announced its commit; its batch is then published and marked.
+  assert.deepEqual(t.plan(a, 1), { kind: 'full' });
+  t.afterFull(a, [{ seq: 5, bucket: 0 }], 500, 1);
+  drainB(200_000, 1); // lane B goes on meanwhile
+  t.announce([0], [5]);
+  // While lane A's batch is marked, seq 5 is still pending: a claim by seq for it would publish it again.
+  assert.deepEqual(t.plan(a, 2), { kind: 'none' });
+});

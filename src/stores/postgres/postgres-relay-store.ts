@@ -603,8 +603,10 @@ export class PostgresRelayStore implements RelayStore {
       timeoutMs = Math.min(timeoutMs, 1);
     }
     // WAL mode: a retry or deferral this relay recorded is not announced when it comes due, and a row
-    // announced before it was visible is not announced again when it is: wake for both.
-    if (this.#targets !== undefined) {
+    // announced before it was visible is not announced again when it is: wake for both. Only while
+    // streaming: only then do claims consult (and consume) these times; in fallback every claim is the
+    // ordinary one and the poll finds what came due, as in the notify mode.
+    if (this.#targets !== undefined && this.#wal?.streaming) {
       const now = performance.now();
       const look = buckets === undefined ? Number.POSITIVE_INFINITY : this.#targets.lookInMs(buckets, now);
       const due = Math.ceil(Math.min(this.#targets.dueInMs(now), look));

@@ -28,8 +28,16 @@
 
 /** Announced seqs kept per bucket; more means a backlog the ordinary claim serves better. */
 const MAX_TARGETS_PER_BUCKET = 1000;
-/** Seqs claimed before their commit was announced, remembered so that the announcement asks nothing. */
+/**
+ * Seqs claimed before their commit was announced, remembered so that the
+ * announcement asks nothing; past this many the oldest are dropped (rows the
+ * stream never announces, committed before it started, would fill it). A
+ * recent one must stay: its batch may still be in flight, its row pending, and
+ * a claim by seq would return it again.
+ */
 const MAX_RECENTLY_CLAIMED = 8192;
+/** Retry and deferral times kept (1 ms apart at least); past this many the latest are left to the poll and `fullClaimEveryMs`. */
+const MAX_DUE = 4096;
 /**
  * Claims by seq that may miss an announced row before it is given up to the
  * ordinary claims (the poll, `fullClaimEveryMs`). The stream announces a commit
@@ -61,8 +69,8 @@ export class WalClaimTargets {
   readonly #missed = new Map<number, number>();
   /** Per bucket: when a missed seq is to be asked for again (performance.now(); Infinity: none). */
   readonly #lookAt = new Float64Array(256).fill(Number.POSITIVE_INFINITY);
-  /** When the earliest retry or deferral this relay recorded is due (performance.now()). */
-  #dueAt = Number.POSITIVE_INFINITY;
+  /** When the retries and deferrals this relay recorded are due (performance.now()), ascending. */
+  readonly #due: number[] = [];
 
   /** `fullClaimEveryMs`: the longest a lane claims by seq only, under a steady stream of commits, before its ordinary claim runs again. */
   constructor(private readonly fullClaimEveryMs: number) {}
@@ -106,12 +114,28 @@ export class WalClaimTargets {
 
   /** A retry or deferral this relay recorded becomes claimable at `at` (performance.now()). */
   dueAt(at: number): void {
-    if (at < this.#dueAt) this.#dueAt = at;
+    const due = this.#due;
+    let lo = 0;
+    let hi = due.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (due[mid]! < at) lo = mid + 1;
+      else hi = mid;
+    }
+    // One wake-up serves every time within a millisecond after it.
+    if (lo > 0 && at - due[lo - 1]! < 1) return;
+    if (lo < due.length && due[lo]! - at < 1) {
+      due[lo] = at;
+      return;
+    }
+    if (lo >= MAX_DUE) return;
+    due.splice(lo, 0, at);
+    if (due.length > MAX_DUE) due.pop();
   }
 
   /** How long until the earliest retry or deferral this relay recorded is due, from `now` (Infinity: none). */
   dueInMs(now: number): number {
-    return Math.max(0, this.#dueAt - now);
+    return this.#due.length === 0 ? Number.POSITIVE_INFINITY : Math.max(0, this.#due[0]! - now);
   }
 
   /** How long until a row these buckets' claims missed is to be asked for again, from `now` (Infinity: none). */
@@ -127,8 +151,10 @@ export class WalClaimTargets {
    * the claim failed, `forget` the lane's buckets.
    */
   plan(leases: readonly Lease[], now: number): ClaimPlan {
-    if (now >= this.#dueAt) {
-      this.#dueAt = Number.POSITIVE_INFINITY;
+    if (this.#due.length > 0 && now >= this.#due[0]!) {
+      let n = 1;
+      while (n < this.#due.length && this.#due[n]! <= now) n++;
+      this.#due.splice(0, n);
       this.#seen.fill(0);
     }
     for (const l of leases) {
@@ -158,7 +184,14 @@ export class WalClaimTargets {
       this.#tokens[l.bucket] = l.token;
       this.#fullAt[l.bucket] = at;
     }
-    if (this.#claimed.size + rows.length > MAX_RECENTLY_CLAIMED) this.#claimed.clear();
+    // The oldest go first (a Set iterates in insertion order).
+    let excess = this.#claimed.size + rows.length - MAX_RECENTLY_CLAIMED;
+    if (excess > 0) {
+      for (const seq of this.#claimed) {
+        if (excess-- <= 0) break;
+        this.#claimed.delete(seq);
+      }
+    }
     for (const r of rows) {
       // Announced already: asking for it again would only find it done. Else its announcement is still to come.
       const list = this.#targets[r.bucket];
