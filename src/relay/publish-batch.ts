@@ -93,6 +93,14 @@ export async function publishBatch(events: readonly StoredEvent[], ctx: BatchCon
         queues.delete(event.key);
         continue;
       }
+      if (endedByLease(outcome.error)) {
+        // The call was aborted at another bucket's lease deadline, not on this event's account: not an
+        // attempt. Pending again at once, attempts unchanged (the transport may have sent it: at-least-once).
+        if (probes.has(event)) breakers!.probeEnded(event.destination);
+        completions.push({ seq: event.seq, token, outcome: 'defer', delayMs: 0, error: 'publish aborted: another bucket of the same transport call ended its lease locally; not an attempt', routesAcked: outcome.acked });
+        queues.delete(event.key);
+        continue;
+      }
       if (breakers && outcome.error!.kind === 'destination-down') {
         const reason = `destination-down: ${outcome.error!.message}`.slice(0, 2000);
         breakers.down(event.destination, reason, probes.has(event));
@@ -108,6 +116,15 @@ export async function publishBatch(events: readonly StoredEvent[], ctx: BatchCon
     }
   }
   return completions;
+}
+
+/** A call aborted at the local lease deadline of (one of) its events' buckets. */
+class LeaseEndedError extends TransportError {}
+
+/** Whether the error (or one it wraps, as a route's prefix does) is a call aborted at a lease deadline. */
+function endedByLease(error: TransportError | undefined): boolean {
+  for (let e: unknown = error; e instanceof Error; e = e.cause) if (e instanceof LeaseEndedError) return true;
+  return false;
 }
 
 async function publishWave(wave: StoredEvent[], ctx: BatchContext): Promise<RoutedOutcome[] | null> {
@@ -141,7 +158,7 @@ async function callTransport(transport: Transport, events: StoredEvent[], ctx: B
       call.cause === 'timeout'
         ? new TransportError('retriable', `publish timed out after ${ctx.publishTimeoutMs} ms`, { cause: err })
         : call.cause === 'lease'
-          ? new TransportError('retriable', 'publish aborted: the lease of its bucket ended locally before the ack', { cause: err })
+          ? new LeaseEndedError('retriable', 'publish aborted: the lease of its bucket ended locally before the ack', { cause: err })
           : toTransportError(err);
     outcomes = events.map(() => ({ ok: false, error }));
     trace?.end(outcomes);
