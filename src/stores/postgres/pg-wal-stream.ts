@@ -159,11 +159,15 @@ export async function openWalStream(options: WalStreamOptions): Promise<WalStrea
     received = lsn;
     timer ??= setTimeout(() => confirm(), confirmEveryMs);
   };
+  // Until the opening returns, an end is the opening's failure (it rejects), not onEnd's.
+  let opening = true;
+  let endedWhileOpening: Error | undefined;
   const end = (err: Error): void => {
     if (ended) return;
     ended = true;
     clearTimeout(timer);
-    if (!closed) options.onEnd(err);
+    if (opening) endedWhileOpening = err;
+    else if (!closed) options.onEnd(err);
     client.end().catch(() => {});
   };
 
@@ -174,6 +178,15 @@ export async function openWalStream(options: WalStreamOptions): Promise<WalStrea
   let keys: Uint8Array[] | null = [];
   let seqs: number[] = [];
   connection.on('copyData', ({ chunk }) => {
+    // This runs in the socket's data handler: anything thrown here (a message cut short, a callback's
+    // error) would be an uncaught exception. It ends the stream instead, and the relay falls back.
+    try {
+      onCopyData(chunk);
+    } catch (err) {
+      end(new Error(`unreadable pgoutput data (${err instanceof Error ? err.message : String(err)}): the replication stream is ended`));
+    }
+  });
+  const onCopyData = (chunk: Buffer): void => {
     if (chunk[0] === XLOG_DATA) {
       // w, dataStart(8), walEnd(8), sendTime(8), then the pgoutput message.
       const kind = chunk[25];
@@ -201,7 +214,7 @@ export async function openWalStream(options: WalStreamOptions): Promise<WalStrea
       advance(chunk.readBigUInt64BE(1));
       if (chunk[17] === 1) confirm();
     }
-  });
+  };
 
   // An abort ends the connection and rejects the opening itself: pg's connect() never settles when
   // end() is called before the socket has connected, and a close() waiting for it would wait forever.
@@ -220,6 +233,8 @@ export async function openWalStream(options: WalStreamOptions): Promise<WalStrea
     await Promise.race([client.connect(), aborted]);
     await Promise.race([client.query(`CREATE_REPLICATION_SLOT "${options.slot}" TEMPORARY LOGICAL pgoutput NOEXPORT_SNAPSHOT`), aborted]);
     options.signal?.throwIfAborted();
+    // The connection ended right after the slot was made (a FATAL in the same read): no stream to return.
+    if (endedWhileOpening !== undefined) throw endedWhileOpening;
   } catch (err) {
     ended = true;
     await client.end().catch(() => {});
@@ -227,6 +242,7 @@ export async function openWalStream(options: WalStreamOptions): Promise<WalStrea
   } finally {
     options.signal?.removeEventListener('abort', abort);
   }
+  opening = false;
   const publication = options.publication.replaceAll('"', '""').replaceAll("'", "''");
   // Resolves only when the stream ends; errors arrive through 'error' as well.
   client.query(`START_REPLICATION SLOT "${options.slot}" LOGICAL 0/0 (proto_version '1', publication_names '"${publication}"')`).then(
