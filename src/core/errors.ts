@@ -12,7 +12,8 @@ export type TxboxErrorCode =
   | 'TXBOX_TRANSPORT'
   | 'TXBOX_SCHEMA'
   | 'TXBOX_ABORTED'
-  | 'TXBOX_NOT_IN_TRANSACTION';
+  | 'TXBOX_NOT_IN_TRANSACTION'
+  | 'TXBOX_ROLLED_BACK';
 
 export class TxboxError extends Error {
   readonly code: TxboxErrorCode;
@@ -110,6 +111,18 @@ export class NotInTransactionError extends TxboxError {
   readonly field = 'tx';
   constructor(message: string) {
     super('TXBOX_NOT_IN_TRANSACTION', `tx: ${message}`);
+  }
+}
+
+/**
+ * A transaction txbox ran was rolled back at COMMIT: a statement in it failed
+ * and the error was caught, which leaves a PostgreSQL transaction aborted, and
+ * COMMIT then rolls back without an error. Nothing of the transaction is
+ * committed. Let a failed statement throw, or use a savepoint around it.
+ */
+export class TransactionRolledBackError extends TxboxError {
+  constructor() {
+    super('TXBOX_ROLLED_BACK', 'the transaction was rolled back at COMMIT: a statement in it failed and its error was caught (PostgreSQL then answers COMMIT with ROLLBACK); nothing of it was committed. Let the error propagate, or wrap the statement in a SAVEPOINT to go on after it');
   }
 }
 

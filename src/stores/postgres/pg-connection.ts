@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { ConfigError } from '../../core/errors.ts';
+import { ConfigError, TransactionRolledBackError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import { silentLogger } from '../../core/logger.ts';
 import type { PostgresConnection } from './postgres-connection.ts';
@@ -75,7 +75,10 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
       try {
         await client.query('BEGIN');
         const result = await fn(client);
-        await client.query('COMMIT');
+        // A statement that failed inside and was caught leaves the transaction aborted: PostgreSQL then
+        // answers COMMIT with ROLLBACK, and no error. Nothing was committed; say so.
+        const commit = await client.query('COMMIT');
+        if (commit.command === 'ROLLBACK') throw new TransactionRolledBackError();
         return result;
       } catch (err) {
         await client.query('ROLLBACK').catch(() => {});
