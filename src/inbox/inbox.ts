@@ -421,8 +421,9 @@ export class Inbox<Tx = SqlExecutor> {
     await Promise.all(Array.from({ length: Math.min(ALONE_KEYS, runs.length) }, worker));
   }
 
-  async #processAlone(event: OutboxEvent, trace: ConsumerTrace | undefined): Promise<InboxOutcome> {
-    const { outcome, heldKeys } = await this.#processOne(event, false, trace);
+  /** `acked`: the event's broker message is acked already (a redrive): see #failed. */
+  async #processAlone(event: OutboxEvent, trace: ConsumerTrace | undefined, acked = false): Promise<InboxOutcome> {
+    const { outcome, heldKeys } = await this.#processOne(event, false, trace, acked);
     for (const key of heldKeys) await this.#releaseHeldSafely(key);
     return outcome;
   }
@@ -452,7 +453,7 @@ export class Inbox<Tx = SqlExecutor> {
    * the missing version looked for held events and found none. `expectHold`
    * (re-running held events) goes to that second kind of run at once.
    */
-  async #processOne(event: OutboxEvent, expectHold: boolean, trace: ConsumerTrace | undefined): Promise<{ outcome: InboxOutcome; heldKeys: string[] }> {
+  async #processOne(event: OutboxEvent, expectHold: boolean, trace: ConsumerTrace | undefined, acked = expectHold): Promise<{ outcome: InboxOutcome; heldKeys: string[] }> {
     const entry = this.#handlers.get(event.type);
     if (!entry) return { outcome: { status: 'ignored' }, heldKeys: [] };
     const started = performance.now();
@@ -480,13 +481,19 @@ export class Inbox<Tx = SqlExecutor> {
           holding = true;
           continue;
         }
-        return this.#failed(event, err);
+        return this.#failed(event, err, acked);
       }
     }
   }
 
-  /** Records a failed attempt: `retry` with backoff, or `dead` at `maxAttempts` (at once for an invalid payload). */
-  async #failed(event: OutboxEvent, err: unknown): Promise<{ outcome: InboxOutcome; heldKeys: string[] }> {
+  /**
+   * Records a failed attempt: `retry` with backoff, or `dead` at `maxAttempts` (at once for an invalid
+   * payload). `acked`: the event runs from the inbox's own rows (a held event released, an operator's
+   * retry redriven), its broker message acked already, so no broker will deliver it again: a failure
+   * short of `dead` holds it again, and the held re-check runs it (a `failed` row nothing looks at would
+   * leave it, and every later version of its key, waiting for good).
+   */
+  async #failed(event: OutboxEvent, err: unknown, acked = false): Promise<{ outcome: InboxOutcome; heldKeys: string[] }> {
     // A MySQL server error quotes the value it refused (a key, a payload field): its text is scrubbed.
     const message = storableText(mysqlErrno(err) !== 0 ? storeErrorText(err, 2000) : err instanceof Error ? err.message : String(err));
     const max = err instanceof InvalidPayload ? 1 : this.#retry.maxAttempts;
@@ -501,6 +508,7 @@ export class Inbox<Tx = SqlExecutor> {
     if (refused) return { outcome: refused, heldKeys: [] };
     this.#refusals.delete(event.id);
     const { attempts, dead } = recorded!;
+    if (acked && !dead) await this.#store.hold(this.consumer, event, `run again by the held re-check after attempt ${attempts} failed: ${message}`);
     this.events.fire('failed', { id: event.id, type: event.type, attempts, dead, error: message });
     this.#logger.warn({ consumer: this.consumer, id: event.id, type: event.type, attempts, dead, err: message }, 'txbox inbox: handler failed');
     const outcome: InboxOutcome = dead
@@ -583,7 +591,10 @@ export class Inbox<Tx = SqlExecutor> {
     this.#redriving = true;
     try {
       const events = await this.#store.redrivable(this.consumer, 100);
-      for (const e of events) await this.process(e);
+      for (const e of events) {
+        const trace = startInboxTrace(e, this.consumer);
+        await settleInboxTrace(trace, this.#processAlone(e, trace, true));
+      }
       return events.length;
     } finally {
       this.#redriving = false;
