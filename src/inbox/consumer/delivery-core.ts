@@ -253,6 +253,9 @@ export class DeliveryCore<M> {
     if (typeof inbox.processInOrder !== 'function') return this.#finishOneByOne(live, [], inbox, 0);
     const started = performance.now();
     const outcomes = inbox.processInOrder(live.map((h) => h.event));
+    // Awaited one at a time below, with an ack or a dead-letter copy between: a later one that rejects
+    // meanwhile (the store went down) must not be an unhandled rejection. Each is still awaited.
+    for (const p of outcomes) p.catch(() => {});
     for (const [i, { message, event }] of live.entries()) {
       let outcome: Awaited<(typeof outcomes)[number]>;
       try {
