@@ -360,7 +360,16 @@ export class Inbox<Tx = SqlExecutor> {
       const durationMs = performance.now() - started;
       // Held events of these keys run before the callers hear back: a caller then sends the
       // key's next event, which must find the released ones applied, not race them.
-      for (const key of result.heldKeys) await this.#releaseHeldSafely(key);
+      // Also a key whose event was held in this very transaction while another of its events applied
+      // (v3 held, then v2, in one run): the claim's look for held rows came before either.
+      const release = new Set(result.heldKeys);
+      if (result.held?.some(Boolean)) {
+        const heldHere = new Set(prepared.filter((_, i) => result!.held![i]).map((p) => p.item.event.key));
+        prepared.forEach((p, i) => {
+          if (!result!.held![i] && result!.ran[i] && heldHere.has(p.item.event.key)) release.add(p.item.event.key);
+        });
+      }
+      for (const key of release) await this.#releaseHeldSafely(key);
       let h = 0;
       prepared.forEach((p, i) => {
         const e = p.item.event;
