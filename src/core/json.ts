@@ -51,7 +51,14 @@ export function serializePayload(field: string, payload: unknown): string {
     }
     throw new InvalidEventError(path, err.message);
   }
-  return json ?? JSON.stringify(payload);
+  if (json !== undefined) return json;
+  try {
+    json = JSON.stringify(payload);
+  } catch (err) {
+    throw new InvalidEventError(field, `cannot be serialized to JSON: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  if (json === undefined) throw new InvalidEventError(field, 'serializes to nothing (undefined); pass a JSON value');
+  return json;
 }
 
 /** In JSON text: the escape of NUL or of a surrogate (JSON.stringify escapes only lone ones). */
@@ -82,7 +89,7 @@ class JsonProblem {
  * `parents`: the objects and arrays around `value`, for the cycle check (a
  * payload's depth is small). `strings`: also check strings and property names.
  */
-function checkJson(value: unknown, parents: object[], strings: boolean): void {
+function checkJson(value: unknown, parents: object[], strings: boolean, callToJSON = true): void {
   switch (typeof value) {
     case 'string': {
       if (!strings) return;
@@ -107,7 +114,25 @@ function checkJson(value: unknown, parents: object[], strings: boolean): void {
   if (value === null) return;
   const obj = value as object;
   if (parents.includes(obj)) throw new JsonProblem('the payload contains a cycle');
-  if (typeof (obj as { toJSON?: unknown }).toJSON === 'function') return; // Date and friends
+  const toJSON = (obj as { toJSON?: unknown }).toJSON;
+  if (callToJSON && typeof toJSON === 'function') {
+    if (obj instanceof Date) return;
+    // What JSON.stringify stores is what toJSON returns (its own toJSON is not called again): check that.
+    let out: unknown;
+    try {
+      out = (toJSON as (this: object, key: string) => unknown).call(obj, '');
+    } catch (err) {
+      throw new JsonProblem(`its toJSON() threw: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    if (out === undefined) {
+      if (parents.length > 0) return; // JSON omits it (null in an array), as callers expect
+      throw new JsonProblem('its toJSON() returned undefined: nothing to store; pass a JSON value');
+    }
+    parents.push(obj);
+    checkJson(out, parents, strings, false);
+    parents.pop();
+    return;
+  }
   parents.push(obj);
   if (Array.isArray(obj)) {
     for (let i = 0; i < obj.length; i++) {

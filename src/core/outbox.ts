@@ -136,6 +136,7 @@ function prepareEvent(event: NewEvent<any, string>, at: string, options: Pick<Re
   }
   const aggregateId = typeof rawAggregateId === 'number' ? String(rawAggregateId) : requireText(`${at}.aggregateId`, rawAggregateId);
   const key = event.key === undefined ? defaultKey(aggregateType, aggregateId) : requireText(`${at}.key`, event.key);
+  checkKeySize(`${at}.key`, key, event.key === undefined);
   const fields = { type, aggregateType, aggregateId, key, destination };
   if (!event.schema) return finishEvent(event, at, options, fields, event.payload);
   const result = event.schema['~standard'].validate(event.payload);
@@ -157,10 +158,12 @@ type EventFields = Pick<PreparedEvent, 'type' | 'aggregateType' | 'aggregateId' 
 
 function finishEvent(event: NewEvent<any, string>, at: string, options: Pick<ResolvedOutboxOptions<unknown>, 'destinations' | 'maxPayloadBytes'>, fields: EventFields, payload: unknown): PreparedEvent {
   const payloadJson = serializePayload(`${at}.payload`, payload);
-  const bytes = payloadJson.length * 3 <= options.maxPayloadBytes ? payloadJson.length : encoder.encode(payloadJson).length;
-  if (bytes > options.maxPayloadBytes) throw new PayloadTooLargeError(`${at}.payload`, bytes, options.maxPayloadBytes);
   // The active span's context joins the headers before the checks, so it is validated and counted in the size limit too.
-  const headers = checkHeaders(`${at}.headers`, withActiveTraceContext(event.headers), options.maxPayloadBytes - bytes, bytes, options.maxPayloadBytes);
+  const rawHeaders = withActiveTraceContext(event.headers);
+  // At most 3 UTF-8 bytes per UTF-16 unit: a payload that fits so needs no count, unless headers share the limit.
+  const bytes = payloadJson.length * 3 <= options.maxPayloadBytes && isEmptyRecord(rawHeaders) ? payloadJson.length : encoder.encode(payloadJson).length;
+  if (bytes > options.maxPayloadBytes) throw new PayloadTooLargeError(`${at}.payload`, bytes, options.maxPayloadBytes);
+  const headers = checkHeaders(`${at}.headers`, rawHeaders, options.maxPayloadBytes - bytes, bytes, options.maxPayloadBytes);
   let id: string;
   if (event.id === undefined) id = uuidv7();
   else if (typeof event.id === 'string' && isUuid(event.id)) id = event.id.toLowerCase();
@@ -171,7 +174,32 @@ function finishEvent(event: NewEvent<any, string>, at: string, options: Pick<Res
   }
   const occurredAt = event.occurredAt ?? new Date();
   if (!(occurredAt instanceof Date) || Number.isNaN(occurredAt.getTime())) throw new InvalidEventError(`${at}.occurredAt`, `must be a valid Date, got ${occurredAt instanceof Date ? 'an Invalid Date' : describe(occurredAt)}`);
+  // Dates JavaScript holds but the stores cannot: year 0 and before, and 5-digit years, which the ISO text sent cannot carry.
+  const year = occurredAt.getUTCFullYear();
+  if (year < 1 || year > 9999) throw new InvalidEventError(`${at}.occurredAt`, `must be within the years 1 to 9999, got year ${year}`);
   return { id, type: fields.type, aggregateType: fields.aggregateType, aggregateId: fields.aggregateId, key: fields.key, destination: fields.destination, payloadJson, headers, occurredAt, version };
+}
+
+/**
+ * The ordering key goes into the outbox's key indexes: PostgreSQL's btree
+ * refuses an entry over about 2,700 bytes, inside the caller's transaction.
+ * Keys are capped at 1,000 characters and 2,000 UTF-8 bytes, the default one
+ * (`aggregateType:aggregateId`) included.
+ */
+function checkKeySize(field: string, key: string, isDefault: boolean): void {
+  const from = isDefault ? ' (the default key, aggregateType:aggregateId; pass a shorter key, e.g. a hash of the aggregate id)' : '';
+  if (key.length > 1000) throw new InvalidEventError(field, `must be at most 1000 characters, got ${key.length}${from}`);
+  if (key.length * 3 > 2000) {
+    const bytes = encoder.encode(key).length;
+    if (bytes > 2000) throw new InvalidEventError(field, `must be at most 2000 bytes in UTF-8, got ${bytes}${from}`);
+  }
+}
+
+function isEmptyRecord(o: unknown): boolean {
+  if (o === undefined || o === null) return true;
+  if (typeof o !== 'object') return false; // checkHeaders names what is wrong with it
+  for (const _ in o) return false;
+  return true;
 }
 
 function requireText(field: string, value: unknown): string {

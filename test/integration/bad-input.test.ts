@@ -179,6 +179,36 @@ for (const kind of BACKENDS) {
         check: (e) => e instanceof InvalidEventError && e.field === 'event.key' && /NUL/.test(e.message),
       },
       {
+        name: 'an occurredAt in year 0 (a valid Date PostgreSQL refuses)',
+        event: () => OrderCreated({ aggregateId: 1, payload: {}, occurredAt: new Date('0000-06-01T00:00:00Z') }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.occurredAt' && /year/.test(e.message),
+      },
+      {
+        name: 'an occurredAt in year 10000',
+        event: () => OrderCreated({ aggregateId: 1, payload: {}, occurredAt: new Date('+010000-01-01T00:00:00Z') }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.occurredAt' && /year/.test(e.message),
+      },
+      {
+        name: 'a key of 1,000 three-byte characters (too large for the key index)',
+        event: () => OrderCreated({ aggregateId: 1, payload: {}, key: '\u4e2d'.repeat(1000) }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.key' && /bytes/.test(e.message),
+      },
+      {
+        name: 'a long aggregate id that makes the default key too long',
+        event: () => OrderCreated({ aggregateId: '\u4e2d'.repeat(900), payload: {} }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.key' && /aggregateType:aggregateId/.test(e.message),
+      },
+      {
+        name: 'a payload whose toJSON hides a NUL character',
+        event: () => OrderCreated({ aggregateId: 1, payload: { a: { toJSON: () => 'x\u0000y' } } }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.payload.a' && /NUL/.test(e.message),
+      },
+      {
+        name: 'a payload whose toJSON returns undefined',
+        event: () => OrderCreated({ aggregateId: 1, payload: { toJSON: () => undefined } as never }),
+        check: (e) => e instanceof InvalidEventError && e.field === 'event.payload',
+      },
+      {
         name: 'a payload string with a lone surrogate',
         event: () => OrderCreated({ aggregateId: 1, payload: { note: 'a\ud800' } }),
         check: (e) => e instanceof InvalidEventError && e.field === 'event.payload.note' && /surrogate/.test(e.message),
@@ -201,6 +231,15 @@ for (const kind of BACKENDS) {
         assert.equal(events.length, 1);
       });
     }
+
+    it('counts a multi-byte payload in UTF-8 bytes when headers share the limit', async () => {
+      const outbox = createOutbox({ store: new PostgresOutboxStore({ schema: db.schema }), events: [OrderCreated], maxPayloadBytes: 1000 });
+      // 325 three-byte characters (983 bytes of JSON, 333 characters) and a 600-byte header: about 1,590 bytes against 1,000.
+      const event = OrderCreated({ aggregateId: 1, payload: { s: '\u4e2d'.repeat(325) }, headers: { note: 'x'.repeat(600) } });
+      await db.transaction(async (tx) => {
+        await assert.rejects(outbox.enqueue(tx, event), (e: unknown) => e instanceof PayloadTooLargeError && e.limit === 1000);
+      });
+    });
 
     it('refuses the connection itself instead of a transaction, writing nothing', async () => {
       const outbox = createOutbox({ store: new PostgresOutboxStore({ schema: db.schema }), events: [OrderCreated] });
