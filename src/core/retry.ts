@@ -38,5 +38,7 @@ export function resolveRetryOptions(options: RetryOptions = {}, field = 'retry')
 export function retryDelay(options: ResolvedRetryOptions, attempt: number, requestedMs = 0, random: () => number = Math.random): number {
   const exp = Math.min(options.maxDelayMs, options.baseDelayMs * 2 ** Math.max(0, attempt - 1));
   const jittered = Math.round(exp / 2 + random() * (exp / 2));
-  return Math.max(jittered, Math.min(requestedMs, options.maxDelayMs * 4));
+  // A requested delay in fractions of a millisecond (a custom transport's retryAfterMs) is rounded up; NaN is ignored.
+  const requested = Number.isFinite(requestedMs) ? Math.ceil(requestedMs) : 0;
+  return Math.max(jittered, Math.min(requested, options.maxDelayMs * 4));
 }

@@ -15,3 +15,9 @@ it('backs off exponentially with jitter up to the cap and honours Retry-After', 
   }
   assert.throws(() => resolveRetryOptions({ baseDelayMs: 10, maxDelayMs: 5 }), (e: unknown) => e instanceof ConfigError && e.field === 'retry.maxDelayMs');
 });
+
+it('a requested delay that is not a whole number (a custom transport\'s retryAfterMs) gives a whole number of ms; NaN is ignored', () => {
+  const o = resolveRetryOptions({ baseDelayMs: 100, maxDelayMs: 1000 });
+  assert.equal(retryDelay(o, 1, 1500.5, () => 0), 1501);
+  assert.equal(retryDelay(o, 1, Number.NaN, () => 0), 50);
+});

@@ -468,7 +468,8 @@ export class PostgresRelayStore implements RelayStore {
       seqs.push(c.seq);
       tokens.push(c.token);
       outcomes.push(OUTCOME_CODE[c.outcome]);
-      delays.push(c.outcome === 'retry' || c.outcome === 'defer' ? Math.min(c.delayMs, 2 ** 31 - 1) : 0);
+      // Whole milliseconds for the integer[] parameter (a completion from other code may carry fractions or NaN).
+      delays.push(c.outcome === 'retry' || c.outcome === 'defer' ? (Number.isFinite(c.delayMs) ? Math.min(Math.max(0, Math.ceil(c.delayMs)), 2 ** 31 - 1) : 0) : 0);
       errors.push(c.outcome === 'published' ? null : scrubErrorText(c.error));
       routes.push(c.outcome === 'published' ? '' : (c.routesAcked ?? []).join(','));
     }
