@@ -10,21 +10,17 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { createInbox, uuidv7, type OutboxEvent } from 'txbox';
-import { applyVersioned, inboxNames, migrateInbox, PostgresInboxAdmin, PostgresInboxStore } from 'txbox/postgres';
-import { BACKENDS, openDb, type TestDb } from '../helpers/databases.ts';
+import { createInbox } from 'txbox';
+import { applyVersioned, PostgresInboxAdmin, PostgresInboxStore } from 'txbox/postgres';
+import { BACKENDS, type TestDb } from '../helpers/databases.ts';
+import { openStockDb, stockChanged } from '../helpers/inbox-stock.ts';
 
-function stockChanged(sku: string, version: number | null, quantity: number): OutboxEvent {
-  return { id: uuidv7(), type: 'StockChanged', aggregateType: 'Sku', aggregateId: sku, key: `Sku:${sku}`, destination: 'stock', payload: { quantity }, headers: {}, occurredAt: new Date(), version };
-}
 
 for (const kind of BACKENDS) {
   describe(`inbox: acked events that fail when run again, on ${kind}`, () => {
     let db: TestDb;
     before(async () => {
-      db = await openDb(kind);
-      await migrateInbox(db.connection, inboxNames({ schema: db.schema }));
-      await db.query(`CREATE TABLE "${db.schema}".stock_view (sku text PRIMARY KEY, quantity int NOT NULL, version bigint NOT NULL)`);
+      db = await openStockDb(kind);
     });
     after(async () => {
       await db.close();

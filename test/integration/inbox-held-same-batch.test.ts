@@ -9,21 +9,17 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { createInbox, uuidv7, type OutboxEvent } from 'txbox';
-import { applyVersioned, inboxNames, migrateInbox, PostgresInboxStore } from 'txbox/postgres';
-import { BACKENDS, openDb, type TestDb } from '../helpers/databases.ts';
+import { createInbox } from 'txbox';
+import { applyVersioned, PostgresInboxStore } from 'txbox/postgres';
+import { BACKENDS, type TestDb } from '../helpers/databases.ts';
+import { openStockDb, stockChanged } from '../helpers/inbox-stock.ts';
 
-function stockChanged(version: number): OutboxEvent {
-  return { id: uuidv7(), type: 'StockChanged', aggregateType: 'Sku', aggregateId: 'a', key: 'Sku:a', destination: 'stock', payload: { quantity: version }, headers: {}, occurredAt: new Date(), version };
-}
 
 for (const kind of BACKENDS) {
   describe(`inbox: a hold and its missing version in one transaction, on ${kind}`, () => {
     let db: TestDb;
     before(async () => {
-      db = await openDb(kind);
-      await migrateInbox(db.connection, inboxNames({ schema: db.schema }));
-      await db.query(`CREATE TABLE "${db.schema}".stock_view (sku text PRIMARY KEY, quantity int NOT NULL, version bigint NOT NULL)`);
+      db = await openStockDb(kind);
     });
     after(async () => {
       await db.close();
@@ -34,12 +30,12 @@ for (const kind of BACKENDS) {
       inbox.on('StockChanged', async (e, tx) => {
         await applyVersioned(tx, { table: `${db.schema}.stock_view`, id: { sku: e.aggregateId }, version: e.version!, values: { quantity: (e.payload as { quantity: number }).quantity }, onGap: 'hold' });
       });
-      assert.equal((await inbox.process(stockChanged(1))).status, 'processed');
-      const outcomes = await Promise.all(inbox.processInOrder([stockChanged(3), stockChanged(2)]));
+      assert.equal((await inbox.process(stockChanged('a', 1, 1))).status, 'processed');
+      const outcomes = await Promise.all(inbox.processInOrder([stockChanged('a', 3, 3), stockChanged('a', 2, 2)]));
       assert.deepEqual(outcomes.map((o) => o.status), ['held', 'processed']);
       const view = async () => Number((await db.query<{ version: string }>(`SELECT version FROM "${db.schema}".stock_view`))[0]!.version);
       assert.equal(await view(), 3, 'v3 released before the outcomes resolved');
-      assert.equal((await inbox.process(stockChanged(4))).status, 'processed');
+      assert.equal((await inbox.process(stockChanged('a', 4, 4))).status, 'processed');
       assert.equal(await view(), 4);
     });
   });
