@@ -56,6 +56,34 @@ export function notInTransaction(tx: object): string | undefined {
 }
 
 /**
+ * Why a PGlite database that says it is in a transaction cannot be written
+ * through, or undefined. `db.transaction()` holds PGlite's transaction lock
+ * until its callback returns, and every `db.query()` waits for that lock: an
+ * enqueue on the database from inside the callback would wait forever (and
+ * one from elsewhere would run after it, outside it). A manual `BEGIN` on the
+ * database holds no lock. The lock is probed with a no-op that waits its
+ * turn: when the lock is free it runs within microtasks, before the next
+ * macrotask; when held it runs, harmlessly, once the transaction ends.
+ * Resolves at once for anything but a PGlite database in a transaction.
+ */
+export async function pgliteTransactionLockProblem(tx: object): Promise<string | undefined> {
+  const t = tx as Record<string, unknown>;
+  if (typeof t.isInTransaction !== 'function' || typeof t.transaction !== 'function' || typeof t._runExclusiveTransaction !== 'function') return undefined;
+  if ((t.isInTransaction as () => unknown).call(tx) !== true) return undefined;
+  let free = false;
+  void (t._runExclusiveTransaction as (fn: () => Promise<void>) => Promise<void>).call(tx, async () => {
+    free = true;
+  });
+  await new Promise<void>((resolve) => setImmediate(resolve));
+  if (free) return undefined;
+  return (
+    'is a PGlite database while a db.transaction() on it is open: a query on the database waits for that transaction to end, ' +
+    'so from inside its callback the enqueue would wait forever, and from elsewhere it would run outside it. ' +
+    'Pass the transaction object: await db.transaction(async (tx) => { ...; await outbox.enqueue(tx, event); })'
+  );
+}
+
+/**
  * `OutboxStore.checkTransaction` for stores written through a `SqlExecutor`
  * (PostgreSQL, PGlite): not one at all (no `query` method, with a hint for a
  * postgres.js transaction passed unwrapped), or not an open transaction

@@ -103,4 +103,29 @@ describe('enqueue outside a transaction on PGlite', () => {
       await pglite.close();
     }
   });
+
+  it('refuses the PGlite database inside its own db.transaction() instead of waiting for it forever, and accepts it after a manual BEGIN', async () => {
+    const pglite = new PGlite();
+    try {
+      await migratePostgres(pgliteConnection(pglite), postgresNames({ schema: 'txbox' }));
+      const outbox = createOutbox({ store: new PostgresOutboxStore({ schema: 'txbox' }), events: [Placed] });
+      // db.transaction() holds PGlite's transaction lock, and db.query() waits for it: the transaction would never end.
+      const inside = pglite.transaction(async (tx) => {
+        await tx.query('SELECT 1');
+        await outbox.enqueue(fromPglite(pglite), Placed({ aggregateId: 'db-in-tx', payload: { n: 1 } }));
+      });
+      const outcome = await Promise.race([inside.then(() => 'resolved', (e: unknown) => e), new Promise((r) => setTimeout(r, 3000, 'hung'))]);
+      assert.ok(outcome instanceof NotInTransactionError, `expected a refusal, got ${String(outcome)}`);
+      assert.match(outcome.message, /db\.transaction\(\)/);
+      assert.equal(outcome.field, 'tx');
+      // A manual BEGIN on the database itself is a transaction, and nothing waits.
+      await pglite.exec('BEGIN');
+      await outbox.enqueue(fromPglite(pglite), Placed({ aggregateId: 'db-begin', payload: { n: 1 } }));
+      await pglite.exec('COMMIT');
+      const { rows } = await pglite.query<{ aggregate_id: string }>('SELECT aggregate_id FROM txbox.outbox ORDER BY seq');
+      assert.deepEqual(rows.map((r) => r.aggregate_id), ['db-begin']);
+    } finally {
+      await pglite.close();
+    }
+  });
 });

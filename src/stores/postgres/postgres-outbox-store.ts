@@ -1,5 +1,5 @@
-import { ConfigError } from '../../core/errors.ts';
-import { sqlTransactionProblem } from '../../core/executors.ts';
+import { ConfigError, NotInTransactionError } from '../../core/errors.ts';
+import { pgliteTransactionLockProblem, sqlTransactionProblem } from '../../core/executors.ts';
 import type { OutboxStore, PreparedEvent, SqlExecutor, TransactionProblem } from '../../core/ports.ts';
 import { queryPrepared, statementName } from './prepared.ts';
 import { insertEventsSql, postgresNames, type PostgresNames, type PostgresNamesOptions } from './postgres-sql.ts';
@@ -80,6 +80,11 @@ export class PostgresOutboxStore implements OutboxStore<SqlExecutor> {
 
   async insert(executor: SqlExecutor, events: readonly PreparedEvent[]): Promise<void> {
     if (events.length === 0) return;
+    if (typeof (executor as { isInTransaction?: unknown }).isInTransaction === 'function') {
+      // Only a PGlite database passed as it is; transactions and pg clients skip this without an await.
+      const problem = await pgliteTransactionLockProblem(executor);
+      if (problem !== undefined) throw new NotInTransactionError(problem);
+    }
     let shapes = this.#plain;
     if (this.#notifying) {
       const now = performance.now();
