@@ -148,7 +148,7 @@ describe('txbox CLI input', { concurrency: true, timeout: 180_000 }, () => {
 
     const longTable = await quick(['status', '--table', 'x'.repeat(49)], envFor(db));
     expectExit(longTable, 2, 'long table name');
-    assert.match(longTable.stderr, /at most 48/);
+    assert.match(longTable.stderr, /at most 46/);
     assert.doesNotMatch(longTable.stderr, /\{0,62\}/);
   });
 });

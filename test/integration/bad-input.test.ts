@@ -29,8 +29,8 @@ describe('configuration errors', () => {
     assert.throws(() => new PostgresOutboxStore({ schema: 'bad-name; DROP TABLE x' }), (e: unknown) => e instanceof ConfigError && e.field === 'schema');
     assert.throws(() => new PostgresOutboxStore({ table: '1outbox' }), (e: unknown) => e instanceof ConfigError && e.field === 'table' && /\(it starts with a digit\); use letters, digits and underscores/.test(e.message));
     assert.throws(
-      () => new PostgresOutboxStore({ table: 'x'.repeat(49) }),
-      (e: unknown) => e instanceof ConfigError && /\(it has 49 characters\).*at most 48 characters/.test(e.message) && !/\{0,62\}/.test(e.message),
+      () => new PostgresOutboxStore({ table: 'x'.repeat(47) }),
+      (e: unknown) => e instanceof ConfigError && /\(it has 47 characters\).*at most 46 characters/.test(e.message) && !/\{0,62\}/.test(e.message),
     );
   });
 

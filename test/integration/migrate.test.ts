@@ -1,7 +1,7 @@
 import { after, before, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { migratePostgres, pgConnection, postgresMigrations, postgresNames } from 'txbox/postgres';
+import { inboxNames, migrateInbox, migratePostgres, pgConnection, postgresMigrations, postgresNames } from 'txbox/postgres';
 import { DATABASE_URL, uniqueSchema } from '../helpers/databases.ts';
 import { renderMigration, splitStatements } from '../../src/stores/postgres/postgres-migrations.ts';
 import { runCli } from '../helpers/cli.ts';
@@ -121,5 +121,31 @@ it('migration 009: the claim by seq keeps its generic plan (force_generic_plan w
   } finally {
     await connection.close();
     await pool.query(`DROP SCHEMA IF EXISTS "${upSchema}" CASCADE`);
+  }
+});
+
+it('the longest table name the stores accept migrates as an outbox and as an inbox, and one character more is refused when the store is made', async () => {
+  const longSchema = uniqueSchema('long');
+  const connection = pgConnection({ connectionString: DATABASE_URL, maxConnections: 2 });
+  // Every name migrations derive (`<table>_blocking_key_idx`, the longest suffix) must fit PostgreSQL's 63 bytes.
+  let longest = '';
+  for (let n = 63; n > 0; n--) {
+    try {
+      postgresNames({ schema: longSchema, table: 't'.repeat(n) });
+      longest = 't'.repeat(n);
+      break;
+    } catch {
+      // too long: try one shorter
+    }
+  }
+  try {
+    await migratePostgres(connection, postgresNames({ schema: longSchema, table: longest }));
+    await migrateInbox(connection, inboxNames({ schema: longSchema, table: longest.replace(/^t/, 'i') }));
+    const { rows } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname = $1`, [longSchema]);
+    assert.ok(rows[0]!.n > 4, `${rows[0]!.n} relations`);
+    assert.throws(() => postgresNames({ table: `${longest}t` }), /at most \d+ characters/);
+  } finally {
+    await connection.close();
+    await pool.query(`DROP SCHEMA IF EXISTS "${longSchema}" CASCADE`);
   }
 });
