@@ -26,6 +26,16 @@ export class DomainEvents {
     return out;
   }
 
+  /** The recorded events, still recorded. */
+  peek(): NewEvent<any, string>[] {
+    return this.#pending.slice();
+  }
+
+  /** Forgets the first `n` recorded events (those a flush wrote). */
+  drop(n: number): void {
+    this.#pending.splice(0, n);
+  }
+
   get size(): number {
     return this.#pending.length;
   }
@@ -69,22 +79,26 @@ export class UnitOfWork {
   /**
    * Writes every recorded event in recording order per aggregate (aggregates
    * in tracking order) inside `tx`. Events are taken off the aggregates only
-   * after the insert succeeded, so a failed flush can be retried.
+   * after the insert succeeded, so a failed flush can be retried; events
+   * recorded, added or tracked while the insert was in flight stay for the
+   * next flush.
    */
   async flush(tx: SqlExecutor): Promise<string[]> {
     const batch: NewEvent<any, string>[] = [];
-    for (const agg of this.#tracked) batch.push(...peek(agg.events));
+    const taken = new Map<HasDomainEvents, number>();
+    for (const agg of this.#tracked) {
+      const events = agg.events.peek();
+      taken.set(agg, events.length);
+      batch.push(...events);
+    }
+    const loose = this.#loose.length;
     batch.push(...this.#loose);
     const ids = await this.outbox.enqueue(tx, batch);
-    for (const agg of this.#tracked) agg.events.pull();
-    this.#loose.length = 0;
-    this.#tracked.clear();
+    for (const [agg, n] of taken) {
+      agg.events.drop(n);
+      if (agg.events.size === 0) this.#tracked.delete(agg);
+    }
+    this.#loose.splice(0, loose);
     return ids;
   }
-}
-
-function peek(events: DomainEvents): NewEvent<any, string>[] {
-  const list = events.pull();
-  for (const e of list) events.record(e);
-  return list;
 }

@@ -147,6 +147,29 @@ it('a failed unit-of-work flush keeps the events for a retry', async () => {
   assert.equal(order.events.size, 1);
 });
 
+it('events recorded, added or tracked while a flush is in flight are kept for the next flush, not dropped with the written ones', async () => {
+  const client = await pool.connect();
+  try {
+    const uow = new UnitOfWork(outbox);
+    const order = uow.track(Order.place('uow-during', 1));
+    await client.query('BEGIN');
+    const flushing = uow.flush(client);
+    // The insert is in flight: another step of the same request records more.
+    order.cancel('during the flush');
+    uow.add(ContactCreated({ aggregateId: 'uow-during-loose', payload: { email: 'l@b.c' } }));
+    const late = uow.track(new Contact('uow-during-contact', 'd@b.c'));
+    assert.equal((await flushing).length, 1);
+    assert.equal(order.events.size, 1, 'the event recorded during the flush is still on the aggregate');
+    assert.equal(late.events.size, 1);
+    assert.equal((await uow.flush(client)).length, 3, 'the next flush writes the cancel, the loose event and the late aggregate');
+    await client.query('COMMIT');
+  } finally {
+    client.release();
+  }
+  const rows = await db.query<{ type: string }>(`SELECT type FROM "${db.schema}".outbox WHERE aggregate_id LIKE 'uow-during%' ORDER BY seq`);
+  assert.deepEqual(rows.map((r) => r.type), ['OrderPlaced', 'OrderCancelled', 'ContactCreated', 'ContactCreated']);
+});
+
 it('pg client: single and multi-event inserts run as named prepared statements, one per table and shape; prepare: false sends plain text', async () => {
   const other = await openDb('postgres');
   const client = new pg.Client({ connectionString: DATABASE_URL });
