@@ -194,9 +194,14 @@ export class FirestoreRelayStore implements RelayStore {
         const d = (snap.data() ?? {}) as BucketDoc;
         const live = d.owner != null && after(d.leaseUntil, now);
         if (live && d.owner === relayId) {
+          // Only what this call renews, as on PostgreSQL: a live bucket this relay owns but did not present
+          // (released locally while the release is on its way, a restart under the same id) is not renewed,
+          // and handing it back would let the relay trust it past its expiry, when another relay may take it.
           const token = String(d.token ?? 0);
-          if (heldTokens.get(bucket) === token) tx.update(snap.ref, { leaseUntil: until });
-          mine.push({ bucket, token });
+          if (heldTokens.get(bucket) === token) {
+            tx.update(snap.ref, { leaseUntil: until });
+            mine.push({ bucket, token });
+          }
         } else if (!live && wanted > 0) {
           wanted--;
           const token = (d.token ?? 0) + 1;

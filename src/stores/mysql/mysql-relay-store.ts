@@ -124,6 +124,7 @@ export class MysqlRelayStore implements RelayStore {
           [ttlUs, relayId, ...held.flatMap((l) => [l.bucket, l.token])],
         );
       }
+      let acquired: readonly { bucket: number }[] = [];
       if (acquire > 0) {
         const [free] = (await tx.query(
           `SELECT bucket FROM ${n.buckets} WHERE owner IS NULL OR lease_until IS NULL OR lease_until <= ${NOW}
@@ -136,12 +137,20 @@ export class MysqlRelayStore implements RelayStore {
             ttlUs,
             ...free.map((f) => f.bucket),
           ]);
+          acquired = free;
         }
       }
       const [rows] = (await tx.query(`SELECT bucket, token FROM ${n.buckets} WHERE owner = ? AND lease_until > ${NOW} ORDER BY bucket`, [relayId])) as unknown as [
         { bucket: number; token: string | number }[],
       ];
-      return rows.map((r) => ({ bucket: Number(r.bucket), token: String(r.token) }));
+      // Only what this call renewed or acquired, as on PostgreSQL: a live bucket this relay owns but did not
+      // present (released locally while the release is on its way, a restart under the same id) was not renewed,
+      // and handing it back would let the relay trust it past its expiry, when another relay may take it.
+      const presented = new Set(held.map((l) => `${l.bucket}:${l.token}`));
+      const taken = new Set(acquired.map((f) => Number(f.bucket)));
+      return rows
+        .map((r) => ({ bucket: Number(r.bucket), token: String(r.token) }))
+        .filter((l) => presented.has(`${l.bucket}:${l.token}`) || taken.has(l.bucket));
     }));
   }
 

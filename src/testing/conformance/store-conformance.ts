@@ -297,6 +297,28 @@ export function runStoreConformance<Tx>(options: StoreConformanceOptions<Tx>): v
       }
     });
 
+    it('a lease call hands back only the leases it renewed or acquired: a live bucket the relay owns but did not present is not returned unrenewed', async () => {
+      const [a, b] = [ns.relayStore(), ns.relayStore()];
+      stores.push(a, b);
+      try {
+        const { bucketCount } = await a.heartbeat({ relayId: 'own-a', ...stats }, 60_000);
+        const [one] = await a.lease('own-a', [], 1, 1000);
+        assert.ok(one, 'a takes one bucket');
+        // Not presented (released locally while its release is still on the way, or a restart under the same id):
+        // handing it back without renewing it lets the relay trust it past the database's expiry.
+        const again = await a.lease('own-a', [], 0, 60_000);
+        await sleep(1300); // past the 1 s lease on the database clock
+        await b.heartbeat({ relayId: 'own-b', ...stats }, 60_000);
+        const taken = await b.lease('own-b', [], bucketCount, 60_000);
+        const both = again.filter((l) => taken.some((t) => t.bucket === l.bucket)).map((l) => l.bucket);
+        assert.deepEqual(both, [], 'no bucket is held by two relays at once');
+      } finally {
+        await a.leave('own-a');
+        await b.leave('own-b');
+        await stopAll();
+      }
+    });
+
     it('retries back off and keep the key in order, a poison event parks while other keys drain, and an operator skip or retry releases its key', async () => {
       const committed = new Map<string, string[]>();
       const ids = await ns.transaction(async (tx) => {
