@@ -7,6 +7,7 @@
  * Each test uses its own streams and durable and deletes them.
  */
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { after, before, it } from 'node:test';
 import { jetstream } from '@nats-io/jetstream';
 import { ConfigError, createInbox, createInboxWorker, InboxQueue, type OutboxEvent } from 'txbox';
@@ -221,6 +222,44 @@ it('terminates an unreadable message (logged by sequence, counted) and goes on w
     assert.deepEqual(rejected, [{ seq: 1, msgId: 'foreign-1', reason: 'the message has no txbox-type header' }]);
     assert.equal(consumer.stats.rejected, 1);
     assert.ok(warnings.some((w) => w.seq === 1 && w.msgId === 'foreign-1'), 'the log names its sequence and id');
+  }),
+);
+
+/** Publishes raw HPUB frames (other clients send header names nats.js refuses to read), then PINGs to know they arrived. */
+async function publishRawHeaders(subject: string, frames: readonly string[]): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    const socket = net.connect(4222, '127.0.0.1');
+    socket.once('data', () => {
+      let out = 'CONNECT {"verbose":false,"pedantic":false,"headers":true,"protocol":1}\r\n';
+      for (const h of frames) out += `HPUB ${subject} ${Buffer.byteLength(h)} ${Buffer.byteLength(h) + 2}\r\n${h}{}\r\n`;
+      socket.write(`${out}PING\r\n`);
+      socket.on('data', (d) => {
+        if (d.toString().includes('PONG')) socket.end(resolve);
+      });
+    });
+    socket.on('error', reject);
+  });
+}
+
+it('terminates a message whose headers nats.js cannot read (a name with a space) and applies the messages of its key around it', { timeout: 60_000 }, () =>
+  withStreams(async (s) => {
+    const id = (n: number) => `0190a8f0-0000-7000-8000-${String(n).padStart(12, '0')}`;
+    const frame = (n: number, extra = '') => `NATS/1.0\r\nNats-Msg-Id: ${id(n)}\r\ntxbox-type: ItemChanged\r\ntxbox-key: raw\r\n${extra}\r\n`;
+    await publishRawHeaders(`${s.subjectPrefix}.items`, [frame(1), frame(99, 'Bad Name: x\r\n'), frame(2), frame(3)]);
+    const consumer = new NatsConsumer({ stream: s.stream, durable: 'badheader', inbox: inboxFor('badheader'), ackWaitMs: 1000, maxDeliveries: 3 });
+    const rejected: NatsConsumerEvents['rejected'][] = [];
+    consumer.events.on('rejected', (r) => rejected.push(r));
+    await consumer.start();
+    try {
+      await waitFor('the three readable events applied', async () => (await effects('badheader')).length === 3, 20_000);
+      await waitFor('all four settled on the server', async () => (await s.consumer('badheader'))?.num_ack_pending === 0);
+    } finally {
+      await consumer.stop();
+    }
+    assert.deepEqual((await effects('badheader')).map((e) => e.id), [id(1), id(2), id(3)]);
+    assert.equal(rejected.length, 1);
+    assert.equal(rejected[0]!.seq, 2);
+    assert.match(rejected[0]!.reason, /headers cannot be read/);
   }),
 );
 

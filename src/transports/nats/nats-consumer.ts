@@ -17,7 +17,7 @@ import type { Consumer } from '../../core/inbox-ports.ts';
 import { ConsumerCore, within, type ConsumerCounts, type ConsumerErrorEvent } from '../../inbox/consumer/consumer-core.ts';
 import { DeliveryCore, type Admission } from '../../inbox/consumer/delivery-core.ts';
 import { durableChanges, durableConfig, pullExpiresMs, resolveNatsConsumerOptions, type NatsConsumerOptions, type ResolvedNatsConsumerOptions } from './nats-consumer-options.ts';
-import { HEADER, parseNatsMessage } from './nats-message.ts';
+import { HEADER, natsMessageId, parseNatsMessage } from './nats-message.ts';
 import { apiErrorOf, connectFailure, findError, jetStreamCheckFailure, messageOf } from './nats-outcomes.ts';
 import { redactServer } from './nats-transport-options.ts';
 
@@ -432,7 +432,7 @@ export class NatsConsumer implements Consumer {
     const o = this.#o;
     if (event === null) {
       this.stats.rejected++;
-      const msgId = d.m.headers?.get(HEADER.msgId) || null;
+      const msgId = natsMessageId(d.m);
       const why = reason.replace(/^unreadable message: /, '');
       this.#send(d.m, 'term');
       o.logger.warn({ stream: o.stream, seq: d.m.seq, msgId, reason: why }, 'txbox nats consumer: unreadable message terminated');

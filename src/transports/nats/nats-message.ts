@@ -160,6 +160,28 @@ export type ParsedNatsMessage = { readonly ok: true; readonly event: OutboxEvent
  * }
  */
 export function parseNatsMessage(m: ReceivedNatsMessage): ParsedNatsMessage {
+  try {
+    return parseHeaders(m);
+  } catch (err) {
+    // nats.js decodes headers on first access and throws on what it cannot read (a name with a space or
+    // a non-ASCII character, a bare LF in a value), which other clients can send.
+    return { ok: false, message: `the headers cannot be read (${err instanceof Error ? err.message : String(err)})` };
+  }
+}
+
+/**
+ * The message's `Nats-Msg-Id` header, or null when it has none or its
+ * headers cannot be read.
+ */
+export function natsMessageId(m: ReceivedNatsMessage): string | null {
+  try {
+    return m.headers?.get(HEADER.msgId) || null;
+  } catch {
+    return null;
+  }
+}
+
+function parseHeaders(m: ReceivedNatsMessage): ParsedNatsMessage {
   const h = m.headers;
   if (!h) return { ok: false, message: 'the message has no headers; it was not published by NatsTransport' };
   const get = (name: string): string => h.get(name);
