@@ -105,6 +105,18 @@ describe('parseKafkaMessage', () => {
     assert.equal(named.event.destination, 'payments');
   });
 
+  it('takes a header with a null value (Java producers send them; kafkajs decodes them as null) as absent, without throwing', () => {
+    const parsed = parseKafkaMessage({ key: 'k', value: '1', headers: { 'txbox-id': I1, 'txbox-type': 'T', 'x-null': null, 'x-list': [null, 'b'] } } as never, 'd');
+    assert.ok(parsed.ok);
+    assert.deepEqual(parsed.event.headers, { 'x-list': 'b' });
+    const nullFirst = parseKafkaMessage({ key: 'k', value: '1', headers: { 'txbox-id': [null, I1], 'txbox-type': 'T' } } as never, 'd');
+    assert.ok(nullFirst.ok, 'the first value that is there');
+    assert.equal(nullFirst.event.id, I1);
+    const nullType = parseKafkaMessage({ key: 'k', value: '1', headers: { 'txbox-id': I1, 'txbox-type': null } } as never, 'd');
+    assert.ok(!nullType.ok);
+    assert.match(nullType.message, /txbox-type/);
+  });
+
   it('says what is wrong, naming the header, never its value', () => {
     const cases: [object, RegExp][] = [
       [{ key: null, value: '{}', headers: { 'txbox-type': 'T' } }, /txbox-id/],

@@ -72,7 +72,7 @@ export class BatchRun {
   }
 
   parsed(i: number): ParsedKafkaMessage {
-    return (this.#parsed[i] ??= parseKafkaMessage(this.messages[i]!, this.#destination));
+    return (this.#parsed[i] ??= parseGuarded(this.messages[i]!, this.#destination));
   }
 
   /** Whether to start another record: not while stopping, after a rebalance, after a seek, or after a backoff. */
@@ -133,5 +133,14 @@ export class BatchRun {
   end(): void {
     clearInterval(this.#timer);
     for (const detach of this.#detach) detach();
+  }
+}
+
+/** A record the parser throws on is unreadable, never a batch that throws: kafkajs would fetch it again for ever. */
+function parseGuarded(message: Parameters<typeof parseKafkaMessage>[0], destination: string): ParsedKafkaMessage {
+  try {
+    return parseKafkaMessage(message, destination);
+  } catch (err) {
+    return { ok: false, message: `the record cannot be read (${err instanceof Error ? err.message : String(err)})` };
   }
 }

@@ -71,7 +71,7 @@ export function buildKafkaRecord(event: OutboxEvent, topic: string): BuiltRecord
 export interface KafkaMessageLike {
   readonly key: Buffer | string | null;
   readonly value: Buffer | string | null;
-  readonly headers?: Readonly<Record<string, Buffer | string | readonly (Buffer | string)[] | undefined>>;
+  readonly headers?: Readonly<Record<string, Buffer | string | null | readonly (Buffer | string | null)[] | undefined>>;
 }
 
 export type ParsedKafkaMessage = { readonly ok: true; readonly event: OutboxEvent } | { readonly ok: false; readonly message: string };
@@ -95,9 +95,9 @@ export function parseKafkaMessage(message: KafkaMessageLike, destination = ''): 
   const h = new Map<string, string>();
   const eventHeaders: Record<string, string> = {};
   for (const [name, raw] of Object.entries(message.headers ?? {})) {
-    if (raw === undefined) continue;
-    const first = Array.isArray(raw) ? raw[0] : raw;
-    if (first === undefined) continue;
+    // A null value (Java producers send them; kafkajs decodes them as null) counts as absent.
+    const first = Array.isArray(raw) ? raw.find((v) => v != null) : raw;
+    if (first == null) continue;
     const text = typeof first === 'string' ? first : (first as Buffer).toString('utf8');
     const lower = name.toLowerCase();
     if (lower.startsWith('txbox-')) h.set(lower, text);
