@@ -121,8 +121,10 @@ export class NotInTransactionError extends TxboxError {
  * committed. Let a failed statement throw, or use a savepoint around it.
  */
 export class TransactionRolledBackError extends TxboxError {
-  constructor() {
-    super('TXBOX_ROLLED_BACK', 'the transaction was rolled back at COMMIT: a statement in it failed and its error was caught (PostgreSQL then answers COMMIT with ROLLBACK); nothing of it was committed. Let the error propagate, or wrap the statement in a SAVEPOINT to go on after it');
+  constructor(
+    message = 'the transaction was rolled back at COMMIT: a statement in it failed and its error was caught (PostgreSQL then answers COMMIT with ROLLBACK); nothing of it was committed. Let the error propagate, or wrap the statement in a SAVEPOINT to go on after it',
+  ) {
+    super('TXBOX_ROLLED_BACK', message);
   }
 }
 

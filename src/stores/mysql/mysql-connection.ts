@@ -1,5 +1,5 @@
 import type { Pool, PoolConnection, PoolOptions } from 'mysql2/promise';
-import { ConfigError } from '../../core/errors.ts';
+import { ConfigError, TransactionRolledBackError } from '../../core/errors.ts';
 
 /**
  * The caller's transaction on MySQL or MariaDB: a `mysql2/promise`
@@ -56,7 +56,9 @@ export async function mysqlConnection(options: MysqlConnectionOptions): Promise<
       const conn = await p.getConnection();
       try {
         await conn.beginTransaction();
-        const out = await fn(conn);
+        const guarded = guardRollback(conn);
+        const out = await fn(guarded.tx);
+        if (guarded.rolledBack()) throw rolledBackError();
         await conn.commit();
         return out;
       } catch (err) {
@@ -78,4 +80,53 @@ export async function mysqlConnection(options: MysqlConnectionOptions): Promise<
       if (owned) await p.end();
     },
   };
+}
+
+/** SERVER_STATUS_IN_TRANS in the server's OK packet. */
+const IN_TRANSACTION = 1;
+const ER_LOCK_DEADLOCK = 1213;
+
+function rolledBackError(): TransactionRolledBackError {
+  return new TransactionRolledBackError(
+    'the transaction was rolled back: a statement in it failed in a way that rolls back the whole transaction (an InnoDB deadlock victim, say) and its error was caught; nothing of it was committed, and later statements were refused. Let the error propagate, and run the transaction again',
+  );
+}
+
+/**
+ * The connection as the transaction's callback gets it: a statement error that
+ * rolled the whole transaction back (InnoDB's deadlock victim; a lock wait
+ * timeout with innodb_rollback_on_timeout) is noted, asking the server whether
+ * the transaction is still open when the error does not say, and every later
+ * statement is refused: it would run in autocommit, committed on its own, and
+ * COMMIT would then succeed on nothing. Costs nothing until a statement fails.
+ */
+function guardRollback(conn: PoolConnection): { tx: PoolConnection; rolledBack(): boolean } {
+  let dead = false;
+  const still = async (): Promise<boolean> => {
+    const [header] = (await conn.query('DO 0')) as unknown as [{ serverStatus?: number }];
+    return ((header.serverStatus ?? IN_TRANSACTION) & IN_TRANSACTION) !== 0;
+  };
+  const wrap =
+    (method: (...args: unknown[]) => Promise<unknown>) =>
+    async (...args: unknown[]): Promise<unknown> => {
+      if (dead) throw rolledBackError();
+      try {
+        return await method.apply(conn, args);
+      } catch (err) {
+        const errno = (err as { errno?: unknown }).errno;
+        if (errno === ER_LOCK_DEADLOCK || !(await still().catch(() => true))) dead = true;
+        throw err;
+      }
+    };
+  const query = wrap(conn.query as never);
+  const execute = wrap(conn.execute as never);
+  const tx = new Proxy(conn, {
+    get(target, prop) {
+      if (prop === 'query') return query;
+      if (prop === 'execute') return execute;
+      const value: unknown = Reflect.get(target, prop, target);
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+  return { tx, rolledBack: () => dead };
 }
