@@ -188,3 +188,43 @@ it('deleteOnPublish: the fenced completion deletes published rows; a stale token
   assert.deepEqual(await store.complete('relay-del', [{ seq: a.seq, token: token(a.bucket), outcome: 'published' }]), { applied: 0, rejected: 1 });
   await store.leave('relay-del');
 });
+
+it('retention prunes (the relay\'s and txbox prune) do not wait for a producer\'s open transaction, nor make marks and lease renewals wait behind it', async () => {
+  const table = 'prune_locks';
+  await migrateMysql(connection, mysqlNames({ table }));
+  const ins = (state: string, done: string | null) =>
+    pool.query(
+      `INSERT INTO ${table} (id, type, aggregate_type, aggregate_id, \`key\`, bucket, destination, payload, headers, occurred_at, state, done_at) VALUES (UUID(), 't', 'a', '1', 'k', CRC32('k') & 255, 'd', '{}', '{}', UTC_TIMESTAMP(6), ?, ?)`,
+      [state, done],
+    );
+  for (let i = 0; i < 50; i++) await ins('published', '2000-01-01 00:00:00');
+  await ins('pending', null);
+  const store = new MysqlRelayStore({ connection, table });
+  const leases = await store.lease('prune-r1', [], 256, 60_000);
+  const [[pending]] = (await pool.query(`SELECT seq, bucket FROM ${table} WHERE state = 'pending'`)) as unknown as [[{ seq: number; bucket: number }]];
+  // A producer's insert, not committed yet: a locking scan over the table waits for it.
+  const producer = await pool.getConnection();
+  try {
+    await producer.beginTransaction();
+    await producer.query(`INSERT INTO ${table} (id, type, aggregate_type, aggregate_id, \`key\`, bucket, destination, payload, headers, occurred_at) VALUES (UUID(), 't', 'a', '2', 'k2', CRC32('k2') & 255, 'd', '{}', '{}', UTC_TIMESTAMP(6))`);
+    const timed = async <T>(p: Promise<T>): Promise<number> => {
+      const t0 = Date.now();
+      await p;
+      return Date.now() - t0;
+    };
+    const pruning = timed(store.prune(1, 1000));
+    await new Promise((r) => setTimeout(r, 200));
+    const token = leases.find((l) => l.bucket === Number(pending.bucket))!.token;
+    const marking = timed(store.complete('prune-r1', [{ seq: Number(pending.seq), token, outcome: 'published' }]));
+    const renewing = timed(store.lease('prune-r1', leases, 0, 60_000));
+    for (let i = 0; i < 50; i++) await ins('skipped', '2000-01-01 00:00:00');
+    const adminPruning = timed(new MysqlAdmin(connection, { table }).prune(1));
+    const waited = await Promise.race([Promise.all([pruning, marking, renewing, adminPruning]), new Promise<'stuck'>((r) => setTimeout(r, 3000, 'stuck'))]);
+    assert.notEqual(waited, 'stuck', 'prune (the relay\'s or txbox prune), mark or renewal waited for the producer\'s transaction');
+  } finally {
+    await producer.rollback();
+    producer.release();
+  }
+  const [[left]] = (await pool.query(`SELECT count(*) AS n FROM ${table} WHERE done_at < '2001-01-01'`)) as unknown as [[{ n: number }]];
+  assert.equal(Number(left.n), 0, 'the finished rows were pruned');
+});

@@ -2,7 +2,7 @@ import { ConfigError } from '../../core/errors.ts';
 import { uuidv7 } from '../../core/uuid.ts';
 import type { MysqlConnection } from './mysql-connection.ts';
 import { utcDatetime } from './mysql-outbox-store.ts';
-import { mysqlNames, NOW, type MysqlNames, type MysqlNamesOptions } from './mysql-sql.ts';
+import { deleteFinishedSql, mysqlNames, NOW, type MysqlNames, type MysqlNamesOptions } from './mysql-sql.ts';
 
 /** Per destination, as PostgresAdmin's DestinationStatus (same fields, same meaning). */
 export interface MysqlDestinationStatus {
@@ -349,7 +349,7 @@ export class MysqlAdmin {
     for (;;) {
       const batch = await this.db.query<{ seq: string }>(`SELECT seq FROM ${n.outbox} WHERE ${done} ORDER BY state, done_at LIMIT ?`, [age, batchSize]);
       if (batch.length > 0) {
-        const r = (await this.db.query(`DELETE FROM ${n.outbox} WHERE seq IN (${marks(batch.length)}) AND ${done}`, [...batch.map((b) => b.seq), age])) as unknown as {
+        const r = (await this.db.query(deleteFinishedSql(n.outbox, batch.length, done), [...batch.map((b) => b.seq), age])) as unknown as {
           affectedRows: number;
         };
         deleted += Number(r.affectedRows);

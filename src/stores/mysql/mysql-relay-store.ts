@@ -3,7 +3,7 @@ import { ConfigError } from '../../core/errors.ts';
 import type { BucketLease, ClaimOptions, Completion, OutboxGauges, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
 import type { MysqlConnection } from './mysql-connection.ts';
 import { deadlockRetry } from './mysql-errors.ts';
-import { claimSql, mysqlNames, NOW, type MysqlNames, type MysqlNamesOptions } from './mysql-sql.ts';
+import { claimSql, deleteFinishedSql, mysqlNames, NOW, type MysqlNames, type MysqlNamesOptions } from './mysql-sql.ts';
 
 export interface MysqlRelayStoreOptions extends MysqlNamesOptions {
   /** The relay's own database handle (`mysqlConnection(...)`). Required. */
@@ -236,11 +236,21 @@ export class MysqlRelayStore implements RelayStore {
     });
   }
 
+  /**
+   * A plain read of the finished rows' seqs (the `finished` index), then a
+   * delete of those seqs by primary key (`deleteFinishedSql`). One `DELETE
+   * ... ORDER BY seq LIMIT` is a locking scan: the server may walk the
+   * primary key, locking pending rows and waiting for a producer's
+   * uncommitted insert, while marks (which share-lock the lease rows) and
+   * every relay's lease renewal queue behind it, up to innodb_lock_wait_timeout.
+   */
   async prune(olderThanMs: number, limit: number): Promise<number> {
-    const r = (await this.#db.query(
-      `DELETE FROM ${this.names.outbox} WHERE state IN ('published', 'skipped') AND done_at < ${NOW} - INTERVAL ? MICROSECOND ORDER BY seq LIMIT ?`,
-      [Math.round(olderThanMs * 1000), limit],
-    )) as unknown as { affectedRows: number };
+    const n = this.names;
+    const done = `state IN ('published', 'skipped') AND done_at < ${NOW} - INTERVAL ? MICROSECOND`;
+    const age = Math.round(olderThanMs * 1000);
+    const batch = await this.#db.query<{ seq: string }>(`SELECT seq FROM ${n.outbox} WHERE ${done} ORDER BY state, done_at LIMIT ?`, [age, limit]);
+    if (batch.length === 0) return 0;
+    const r = (await this.#db.query(deleteFinishedSql(n.outbox, batch.length, done), [...batch.map((b) => b.seq), age])) as unknown as { affectedRows: number };
     return Number(r.affectedRows);
   }
 
