@@ -173,6 +173,26 @@ describe('RedisConsumer on a real Redis and PostgreSQL', () => {
     assert.match(fields.get('dead.reason')!, /unreadable entry: the entry has no "id" field/);
   });
 
+  it('an entry whose dead-letter copy cannot be written (the dead-letter key holds a string) is left pending, never acked without its copy', async () => {
+    const { stream, name } = fresh();
+    const inbox = inboxFor(name);
+    await admin.set(`${stream}:dead`, 'not a stream');
+    const badId = await admin.xadd(stream, '*', 'hello', 'world');
+    const errors: string[] = [];
+    const consumer = consumerFor(stream, name, { inbox });
+    consumer.events.on('error', (e) => errors.push(e.message));
+    await consumer.start();
+    try {
+      await waitFor('the dead-letter attempts failed', () => errors.filter((m) => /WRONGTYPE/.test(m)).length >= 3);
+      await sleep(300);
+    } finally {
+      await consumer.stop();
+    }
+    const entries = (await admin.xpending(stream, name, '-', '+', 10)) as [string, string, number, number][];
+    assert.deepEqual(entries.map((e) => e[0]), [badId], 'still pending, for a later try once the key is fixed');
+    assert.equal(await admin.type(`${stream}:dead`), 'string', 'nothing was written over the key');
+  });
+
   it('a poison handler is dead-lettered after maxAttempts while other keys keep flowing; its key waits for it', async () => {
     const { stream, name } = fresh();
     const inbox = inboxFor(name, { retry: { baseDelayMs: 600, maxDelayMs: 600, maxAttempts: 3 } });

@@ -307,18 +307,25 @@ export class RedisConsumer implements Consumer {
     }
   }
 
-  /** Adds the entry to the dead-letter stream and acks it, in one MULTI; retried a few times, else left pending (false). */
+  /**
+   * Adds the entry to the dead-letter stream, then acks it; retried a few
+   * times, else left pending (false). Not one MULTI: Redis does not roll a
+   * MULTI back when a command fails as it runs (XADD to a key of another
+   * type), so the XACK applied without the copy. A crash between the two
+   * leaves a second copy later (at-least-once into the dead-letter stream).
+   */
   async #deadLetter(held: Held, event: OutboxEvent | null, reason: string): Promise<boolean> {
     const { stream, entryId } = held;
     const o = this.#o;
     const fields = [...held.fields, 'dead.reason', reason.slice(0, 2000), 'dead.stream', stream.key, 'dead.entryId', entryId, 'dead.group', o.group, 'dead.consumer', o.consumer, 'dead.at', new Date().toISOString()];
+    let copied = false;
     try {
       for (let attempt = 1; ; attempt++) {
         if (this.#commands === null) return false; // stopped: stays pending for redelivery
         try {
-          const replies = await this.#commands.multi().call('XADD', [stream.deadLetter, '*', ...fields]).call('XACK', [stream.key, o.group, entryId]).exec();
-          const failed = replies?.find(([err]) => err)?.[0];
-          if (replies === null || failed) throw failed ?? new Error('MULTI was discarded');
+          if (!copied) await this.#commands.call('XADD', [stream.deadLetter, '*', ...fields]);
+          copied = true;
+          await this.#commands.call('XACK', [stream.key, o.group, entryId]);
           break;
         } catch (err) {
           this.#report('dead letter', err);
