@@ -248,6 +248,30 @@ describe('SqsConsumer on ElasticMQ and PostgreSQL', () => {
     assert.deepEqual(await counts(url), { visible: 0, inFlight: 0 });
   });
 
+  it('without deadLetterQueueUrl, an event dead in the inbox is deleted at once (the inbox keeps it, retriable) and its FIFO group flows on', { timeout: 60_000 }, async () => {
+    const { url, dlq, name } = await fresh(true, { VisibilityTimeout: '60' }, 2);
+    const inbox = inboxFor(name, { retry: { baseDelayMs: 10, maxDelayMs: 10, maxAttempts: 2 } });
+    inbox.on('Changed', async (e, tx) => {
+      if (e.aggregateId === 'dead') throw new Error('always fails');
+      await tx.query(`INSERT INTO "${db.schema}".effects (event_id, consumer, key) VALUES ($1, $2, $3)`, [e.id, name, e.key]);
+    });
+    const doomed = ev('dead', 1);
+    const next = { ...ev('dead', 2), aggregateId: 'after', id: uuidv7() };
+    await send(url, [doomed, next]); // one key, one FIFO group: the second waits for the first
+    const consumer = consumerFor(url, { inbox });
+    await consumer.start();
+    try {
+      await waitFor('the next event of its group applied', async () => (await effects(name)) === 1, 20_000);
+      await waitFor('both deleted', async () => (await counts(url)).inFlight === 0 && (await counts(url)).visible === 0, 10_000);
+    } finally {
+      await consumer.stop();
+    }
+    const [row] = await db.query<{ status: string }>(`SELECT status FROM "${db.schema}".inbox WHERE consumer = $1 AND event_id = $2`, [name, doomed.id]);
+    assert.equal(row?.status, 'dead', 'the inbox keeps it, for txbox inbox retry');
+    assert.equal(consumer.stats.dead, 1);
+    assert.deepEqual(await counts(dlq), { visible: 0, inFlight: 0 }, 'not copied: the inbox is where it is kept');
+  });
+
   it('with deadLetterQueueUrl, an unreadable message and a dead event are copied there with the reason and deleted', async () => {
     const { url, dlq, name } = await fresh(true);
     const inbox = inboxFor(name, { retry: { baseDelayMs: 10, maxDelayMs: 10, maxAttempts: 2 } });

@@ -105,7 +105,7 @@ export class SqsConsumer implements Consumer, HealthSource {
       batch: o.batch,
       // SQS FIFO hands out a message group's messages together: a key's run commits in one transaction.
       keyRun: 10,
-      port: { ack: (m) => this.#delete(m), deadLetter: (m, reason, event) => this.#deadLetter(m, reason, event), release: (m) => this.#release(m) },
+      port: { ack: (m) => this.#delete(m), deadLetter: (m, reason, event, attempts) => this.#deadLetter(m, reason, event, attempts), release: (m) => this.#release(m) },
       hooks: {
         settled: (m, event, status, durationMs) => {
           this.stats[status]++;
@@ -333,12 +333,23 @@ export class SqsConsumer implements Consumer, HealthSource {
     }
   }
 
-  /** Copies to deadLetterQueueUrl (retrying until stop) and deletes; or, without one, leaves it to the queue's redrive policy. */
-  async #deadLetter(m: Message, reason: string, event: OutboxEvent | null): Promise<boolean> {
+  /**
+   * Copies to deadLetterQueueUrl (retrying until stop) and deletes. Without
+   * one: an event dead in the inbox (its handler failed `attempts` times) is
+   * deleted, as the inbox keeps it with its reason (`txbox inbox dead`,
+   * `retry`; left in the queue it would come back as a duplicate of that dead
+   * row and be deleted anyway, a visibility timeout later, its FIFO group
+   * waiting); anything else (unreadable, refused by the inbox, received too
+   * often) is left to the queue's redrive policy.
+   */
+  async #deadLetter(m: Message, reason: string, event: OutboxEvent | null, attempts: number | null): Promise<boolean> {
     const o = this.#o;
     const client = this.#client;
     if (!client) return false;
-    if (o.deadLetterQueueUrl === null) return true; // becomes visible after its timeout; SQS moves it after maxReceiveCount
+    if (o.deadLetterQueueUrl === null) {
+      if (event !== null && attempts !== null && attempts > 0) this.#delete(m);
+      return true; // otherwise visible again after its timeout; SQS moves it after maxReceiveCount
+    }
     const attributes: Record<string, { DataType: string; StringValue?: string; BinaryValue?: Uint8Array }> = {};
     for (const [name, value] of Object.entries(m.MessageAttributes ?? {})) {
       if (value.DataType !== undefined) attributes[name] = { DataType: value.DataType, ...(value.StringValue !== undefined ? { StringValue: value.StringValue } : {}), ...(value.BinaryValue !== undefined ? { BinaryValue: value.BinaryValue } : {}) };
