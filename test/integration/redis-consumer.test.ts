@@ -193,6 +193,33 @@ describe('RedisConsumer on a real Redis and PostgreSQL', () => {
     assert.equal(await admin.type(`${stream}:dead`), 'string', 'nothing was written over the key');
   });
 
+  it('a stable consumer name: its own pending entry delivered too often (a crash loop) is dead-lettered at restart without running the handler', async () => {
+    const { stream, name } = fresh();
+    const inbox = inboxFor(name);
+    let ran = 0;
+    inbox.on('Changed', async () => {
+      ran++;
+    });
+    const doomed = ev('crash-loop', 1);
+    await admin.xgroup('CREATE', stream, name, '0', 'MKSTREAM');
+    const entryId = await admin.xadd(stream, '*', ...encodeStreamFields(doomed));
+    // What restarts of a process that died handling it leave: pending for the same name, delivered many times.
+    await admin.call('XREADGROUP', 'GROUP', name, 'fixed', 'COUNT', '1', 'STREAMS', stream, '>');
+    await admin.call('XCLAIM', stream, name, 'fixed', '0', entryId!, 'RETRYCOUNT', '10');
+    const deadLettered: string[] = [];
+    const consumer = consumerFor(stream, name, { inbox, consumer: 'fixed', maxDeliveries: 5 });
+    consumer.events.on('deadLettered', (e) => deadLettered.push(e.entryId));
+    await consumer.start();
+    try {
+      await waitFor('dead-lettered', () => deadLettered.length === 1);
+      await waitFor('acked', async () => (await pending(stream, name)) === 0);
+    } finally {
+      await consumer.stop();
+    }
+    assert.deepEqual(deadLettered, [entryId]);
+    assert.equal(ran, 0, 'the handler did not run again');
+  });
+
   it('a poison handler is dead-lettered after maxAttempts while other keys keep flowing; its key waits for it', async () => {
     const { stream, name } = fresh();
     const inbox = inboxFor(name, { retry: { baseDelayMs: 600, maxDelayMs: 600, maxAttempts: 3 } });

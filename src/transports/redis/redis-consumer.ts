@@ -253,7 +253,13 @@ export class RedisConsumer implements Consumer {
         const i = keys.indexOf(key);
         if (i < 0) continue;
         answered.add(i);
-        if (ids[i] !== '>') ids[i] = entries.length === 0 ? '>' : entries[entries.length - 1]![0];
+        if (ids[i] !== '>') {
+          ids[i] = entries.length === 0 ? '>' : entries[entries.length - 1]![0];
+          // This name's own pending entries (a restart with a stable name): their delivery counts, so that one
+          // that crashed every process taking it is dead-lettered, as when another consumer takes it over.
+          if (entries.length > 0) this.#accept(o.streams[i]!, entries, await this.#deliveryCounts(o.streams[i]!, entries));
+          continue;
+        }
         this.#accept(o.streams[i]!, entries);
       }
       for (let i = 0; i < ids.length; i++) if (backlog && !answered.has(i)) ids[i] = '>';
@@ -387,10 +393,15 @@ export class RedisConsumer implements Consumer {
     o.logger.info({ consumer: 'redis', stream: s.key, count: entries.length }, 'redis consumer: took over entries pending too long');
     this.#emitter.fire('reclaimed', { stream: s.key, count: entries.length });
     // An entry delivered too often crashed or stalled every consumer that took it: dead-letter it, not again.
+    this.#accept(s, entries, await this.#deliveryCounts(s, entries));
+  }
+
+  /** Each entry's delivery count (XPENDING), 0 where unknown (the entry is no longer pending, or the call failed). */
+  async #deliveryCounts(s: ConsumerStream, entries: readonly RawEntry[]): Promise<number[]> {
     const pipeline = this.#commands!.pipeline();
-    for (const [id] of entries) pipeline.call('XPENDING', [s.key, o.group, id, id, 1]);
-    const counts = ((await pipeline.exec()) ?? []).map(([, r]) => Number((r as [[string, string, number, number]] | null)?.[0]?.[3] ?? 0));
-    this.#accept(s, entries, counts);
+    for (const [id] of entries) pipeline.call('XPENDING', [s.key, this.#o.group, id, id, 1]);
+    const replies = await pipeline.exec().catch(() => null);
+    return entries.map((_, i) => Number((replies?.[i]?.[1] as [[string, string, number, number]] | null | undefined)?.[0]?.[3] ?? 0));
   }
 
   async #stopNow(): Promise<void> {
