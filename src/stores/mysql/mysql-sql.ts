@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 /**
  * Table names and statement texts of the MySQL / MariaDB backend. Names are
  * validated identifiers quoted with backticks; every value is a `?`
@@ -27,6 +28,12 @@ export interface MysqlNames {
 
 const tick = (name: string): string => `\`${name}\``;
 
+/** `txbox_migrate.<database>.<table>`, or its SHA-1 when longer than the 64 characters MySQL 5.7+ allows a GET_LOCK name. */
+function migrationLockName(database: string | undefined, table: string): string {
+  const name = `txbox_migrate.${database ?? ''}.${table}`;
+  return name.length <= 64 ? name : `txbox_migrate.${createHash('sha1').update(name).digest('hex')}`;
+}
+
 /** Validates and quotes the names (`database`, `table` named in the error). */
 export function mysqlNames(options: MysqlNamesOptions = {}): MysqlNames {
   const database = options.database === undefined ? undefined : checkIdentifier('database', options.database, 64);
@@ -40,7 +47,7 @@ export function mysqlNames(options: MysqlNamesOptions = {}): MysqlNames {
     relays: q('_relays'),
     audit: q('_audit'),
     migrations: q('_migrations'),
-    lockName: `txbox_migrate.${database ?? ''}.${table}`,
+    lockName: migrationLockName(database, table),
   });
 }
 
@@ -68,7 +75,7 @@ export function mysqlInboxNames(options: MysqlNamesOptions = {}): MysqlInboxName
     keys: q('_keys'),
     audit: q('_audit'),
     migrations: q('_migrations'),
-    lockName: `txbox_migrate.${database ?? ''}.${table}`,
+    lockName: migrationLockName(database, table),
   });
 }
 
