@@ -1,17 +1,25 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { scrubErrorText } from '../core/error-text.ts';
+import { classifyStoreError, mysqlErrno } from '../core/store-errors.ts';
 import type { Completion, RelayStore } from '../core/ports.ts';
 
 /** SQLSTATE classes of errors that the same statement with the same input meets again: retrying does not help. */
 const DETERMINISTIC_CLASSES = new Set(['0A', '22', '23', '2F', '38', '39', '42', '54', 'P0']);
 
+/** MySQL's errno for a SIGNAL raised by a trigger or procedure (SQLSTATE 45000 and the like). */
+const ER_SIGNAL_EXCEPTION = 1644;
+
 /**
  * True for a store error that the same input will meet again (a data
  * exception, a constraint, a trigger's RAISE ...: a PostgreSQL SQLSTATE of
- * those classes). Connection losses, timeouts, lock and serialization
+ * those classes; on MySQL / MariaDB the data errors `classifyStoreError`
+ * knows by errno, and a trigger's SIGNAL). Connection losses, timeouts, lock and serialization
  * failures and errors without a SQLSTATE are not: they are retried as a whole.
  */
 export function isDeterministicStoreError(err: unknown): boolean {
+  // MySQL / MariaDB: mysql2 puts its ER_* name in `code`; the server's errno tells (a trigger's SIGNAL is 1644).
+  const errno = mysqlErrno(err);
+  if (errno !== 0) return errno === ER_SIGNAL_EXCEPTION || classifyStoreError(err) === 'deterministic';
   const code = (err as { code?: unknown } | null)?.code;
   return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && DETERMINISTIC_CLASSES.has(code.slice(0, 2));
 }

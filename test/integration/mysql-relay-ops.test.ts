@@ -16,6 +16,7 @@ import { createOutbox, createRelay, defineEvent, payloadType } from 'txbox';
 import { HttpTransport, createWebhookReceiver } from 'txbox/http';
 import { prometheusMetrics } from 'txbox/prometheus';
 import { MysqlAdmin, MysqlOutboxStore, MysqlRelayStore, migrateMysql, mysqlConnection, mysqlNames, type MysqlConnection } from 'txbox/mysql';
+import { RecordingTransport } from 'txbox/testing';
 import { MYSQL_URL } from '../helpers/mysql-conformance.ts';
 import { startReceiver, type TestReceiver } from '../helpers/receiver.ts';
 import { waitFor } from '../helpers/wait.ts';
@@ -227,4 +228,29 @@ it('retention prunes (the relay\'s and txbox prune) do not wait for a producer\'
   }
   const [[left]] = (await pool.query(`SELECT count(*) AS n FROM ${table} WHERE done_at < '2001-01-01'`)) as unknown as [[{ n: number }]];
   assert.equal(Number(left.n), 0, 'the finished rows were pruned');
+});
+
+it('a mark MariaDB refuses for one event (a trigger of the application\'s) is isolated: that event parks with the reason, the rest of its batch is marked, nothing is published again and again', async () => {
+  const table = `t_${randomBytes(3).toString('hex')}`;
+  await migrateMysql(connection, mysqlNames({ table }));
+  await pool.query(
+    `CREATE TRIGGER \`${table}_refuse\` BEFORE UPDATE ON \`${table}\` FOR EACH ROW
+     IF NEW.aggregate_id = 'refused' AND NEW.state = 'published' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'audit rule: refused'; END IF`,
+  );
+  const ids = await enqueue(table, ['a', 'refused', 'b'].map((id, i) => OrderPlaced({ aggregateId: id, payload: { n: i } })));
+  const transport = new RecordingTransport();
+  const relay = createRelay({ store: new MysqlRelayStore({ connection, table }), transport, relayId: 'relay-mysql-isolate', pollIntervalMs: 50, batchSize: 10 });
+  await relay.start();
+  try {
+    await waitFor('the refused event parked, the others published', async () => {
+      const [rows] = (await pool.query(`SELECT aggregate_id, state FROM \`${table}\` ORDER BY seq`)) as unknown as [{ aggregate_id: string; state: string }[]];
+      return rows.map((r) => `${r.aggregate_id}:${r.state}`).join(',') === 'a:published,refused:parked,b:published';
+    });
+  } finally {
+    await relay.stop();
+  }
+  const [[parked]] = (await pool.query(`SELECT last_error FROM \`${table}\` WHERE aggregate_id = 'refused'`)) as unknown as [[{ last_error: string }]];
+  assert.match(parked.last_error, /audit rule: refused|could not be marked/);
+  const sends = transport.acked.filter((e) => ids.includes(e.id)).length;
+  assert.ok(sends <= 6, `published ${sends} times in all, not again and again`);
 });
