@@ -254,3 +254,30 @@ it('a mark MariaDB refuses for one event (a trigger of the application\'s) is is
   const sends = transport.acked.filter((e) => ids.includes(e.id)).length;
   assert.ok(sends <= 6, `published ${sends} times in all, not again and again`);
 });
+
+it('a mark of many events does not wait for a producer\'s open transaction (the server would scan and lock every row on a small table), with deleteOnPublish too', async () => {
+  for (const deleteOnPublish of [false, true]) {
+    const table = `m_${randomBytes(3).toString('hex')}`;
+    await migrateMysql(connection, mysqlNames({ table }));
+    await enqueue(table, Array.from({ length: 12 }, (_, i) => OrderPlaced({ aggregateId: `m${i}`, payload: { n: i } })));
+    const store = new MysqlRelayStore({ connection, table, deleteOnPublish });
+    const leases = await store.lease('mark-r1', [], 256, 60_000);
+    const claimed = await store.claim(leases, { limit: 100, skipParkedDestinations: [] });
+    assert.equal(claimed.length, 12);
+    const producer = await pool.getConnection();
+    try {
+      await producer.beginTransaction();
+      await producer.query(`INSERT INTO ${table} (id, type, aggregate_type, aggregate_id, \`key\`, bucket, destination, payload, headers, occurred_at) VALUES (UUID(), 't', 'a', '2', 'k2', CRC32('k2') & 255, 'orders', '{}', '{}', UTC_TIMESTAMP(6))`);
+      const token = (bucket: number) => leases.find((l) => l.bucket === bucket)!.token;
+      const completions = claimed.map((e, i) =>
+        i % 3 === 2 ? { seq: e.seq, token: token(e.bucket), outcome: 'retry' as const, delayMs: 1000, error: 'later' } : { seq: e.seq, token: token(e.bucket), outcome: 'published' as const },
+      );
+      const marked = await Promise.race([store.complete('mark-r1', completions), new Promise<'stuck'>((r) => setTimeout(r, 3000, 'stuck'))]);
+      assert.notEqual(marked, 'stuck', `the mark waited for the producer's transaction (deleteOnPublish ${deleteOnPublish})`);
+      assert.deepEqual(marked, { applied: 12, rejected: 0 });
+    } finally {
+      await producer.rollback();
+      producer.release();
+    }
+  }
+});

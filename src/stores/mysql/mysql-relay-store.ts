@@ -184,7 +184,10 @@ export class MysqlRelayStore implements RelayStore {
       ];
       const live = new Set(fence.map((f) => `${f.bucket}:${f.token}`));
       const seqs = completions.map((c) => c.seq);
-      const [rows] = (await tx.query(`SELECT seq, bucket, CONCAT('', routes_done) AS routes_done FROM ${n.outbox} WHERE seq IN (${marks(seqs.length)}) AND state = 'pending' FOR UPDATE`, seqs)) as unknown as [
+      // FORCE INDEX (PRIMARY) in every statement here: on a small table the server would rather scan (the whole
+      // primary key, or the state index), locking every pending row it passes, other relays' and a producer's
+      // uncommitted insert included, and wait for them.
+      const [rows] = (await tx.query(`SELECT seq, bucket, CONCAT('', routes_done) AS routes_done FROM ${n.outbox} FORCE INDEX (PRIMARY) WHERE seq IN (${marks(seqs.length)}) AND state = 'pending' FOR UPDATE`, seqs)) as unknown as [
         { seq: string | number; bucket: number; routes_done: string | null }[],
       ];
       const bySeq = new Map(rows.map((r) => [Number(r.seq), r]));
@@ -198,8 +201,8 @@ export class MysqlRelayStore implements RelayStore {
         // The rows are locked (FOR UPDATE above) and passed the fence: mark them published, or delete them.
         const [r] = (await tx.query(
           this.#deleteOnPublish
-            ? `DELETE FROM ${n.outbox} WHERE seq IN (${marks(published.length)}) AND state = 'pending'`
-            : `UPDATE ${n.outbox} SET state = 'published', done_at = ${NOW}, attempts = attempts + 1, next_attempt_at = NULL WHERE seq IN (${marks(published.length)}) AND state = 'pending'`,
+            ? `DELETE o FROM ${n.outbox} o FORCE INDEX (PRIMARY) WHERE o.seq IN (${marks(published.length)}) AND o.state = 'pending'`
+            : `UPDATE ${n.outbox} FORCE INDEX (PRIMARY) SET state = 'published', done_at = ${NOW}, attempts = attempts + 1, next_attempt_at = NULL WHERE seq IN (${marks(published.length)}) AND state = 'pending'`,
           published,
         )) as unknown as [{ affectedRows: number }];
         count += r.affectedRows;
@@ -210,7 +213,7 @@ export class MysqlRelayStore implements RelayStore {
         const routes = [...new Set([...(prior === null ? [] : (JSON.parse(prior) as string[])), ...(c.routesAcked ?? [])])].sort();
         const delayUs = c.outcome === 'park' ? null : Math.round(c.delayMs * 1000);
         const [r] = (await tx.query(
-          `UPDATE ${n.outbox} SET state = ?, attempts = attempts + ?, last_error = ?,
+          `UPDATE ${n.outbox} FORCE INDEX (PRIMARY) SET state = ?, attempts = attempts + ?, last_error = ?,
              next_attempt_at = IF(? IS NULL, NULL, ${NOW} + INTERVAL ? MICROSECOND), routes_done = ?
            WHERE seq = ? AND state = 'pending'`,
           [c.outcome === 'park' ? 'parked' : 'pending', c.outcome === 'defer' ? 0 : 1, c.error, delayUs, delayUs ?? 0, routes.length ? JSON.stringify(routes) : null, c.seq],
