@@ -249,7 +249,7 @@ describe('RabbitMqTransport against RabbitMQ', { timeout: 300_000 }, () => {
     assert.deepEqual(await t.publish([event(q)], signal()), [{ ok: true }]);
   });
 
-  it('while the broker is stopped, publishes fail fast as retriable; after it is back, they succeed with no help', async () => {
+  it('while the broker is stopped, publishes fail fast as destination-down (the relay pauses the destination; nothing uses up attempts); after it is back, they succeed with no help', async () => {
     const q = await queue();
     const t = transport();
     let reconnected = false;
@@ -263,7 +263,7 @@ describe('RabbitMqTransport against RabbitMQ', { timeout: 300_000 }, () => {
       await waitFor('the transport to notice', () => disconnected, 10_000);
       for (let i = 0; i < 3; i++) {
         const started = performance.now();
-        failure((await t.publish([event(q)], signal()))[0], 'retriable', /not connected to RabbitMQ at amqp:\/\/127\.0\.0\.1:5672\/: reconnecting/);
+        failure((await t.publish([event(q)], signal()))[0], 'destination-down', /not connected to RabbitMQ at amqp:\/\/127\.0\.0\.1:5672\/: reconnecting/);
         assert.ok(performance.now() - started < 100, 'fails fast instead of hanging');
         await sleep(300);
       }

@@ -122,7 +122,10 @@ export class RabbitMqTransport extends TypedEmitter<RabbitMqTransportEvents> imp
       );
     }
     if (this.#connection.model === null) {
-      return Promise.resolve(this.#failAll(events, `not connected to RabbitMQ at ${this.#o.display}: ${this.#connection.describe()}`));
+      // Reconnecting: the broker is down or unreachable, so destination-down (the relay pauses the destination,
+      // nothing uses up attempts or parks); after close(), retriable.
+      const kind = this.#connection.state === 'reconnecting' ? 'destination-down' : 'retriable';
+      return Promise.resolve(this.#failAll(events, `not connected to RabbitMQ at ${this.#o.display}: ${this.#connection.describe()}`, kind));
     }
     const blocked = this.#connection.blocked;
     if (blocked !== null) return Promise.resolve(this.#failAll(events, this.#blockedMessage(blocked)));
