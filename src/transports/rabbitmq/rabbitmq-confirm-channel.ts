@@ -35,7 +35,7 @@ export interface ChannelHooks {
 export class RabbitMqConfirmChannel {
   readonly #channel: ConfirmChannel;
   readonly #hooks: ChannelHooks;
-  /** Messages awaiting a possible return, by message id, exchange and routing key, in publish order. */
+  /** Messages awaiting a possible return, by message id, exchange and routing key: one copy of each at a time. */
   readonly #awaitingReturn = new Map<string, InFlight[]>();
   #closed = false;
   #reason: CloseReason | null = null;
@@ -76,11 +76,15 @@ export class RabbitMqConfirmChannel {
       settle(fail('retriable', `the channel closed before the message could be sent: ${this.#hooks.lostReason()}`));
       return;
     }
-    const entry: InFlight = { message, settle, returned: null };
     const id = returnKey(message.properties.messageId, message.exchange, message.routingKey);
-    const list = this.#awaitingReturn.get(id);
-    if (list) list.push(entry);
-    else this.#awaitingReturn.set(id, [entry]);
+    if (this.#awaitingReturn.has(id)) {
+      // A return names the message id, exchange and routing key, not the copy, and confirms come out of order:
+      // with two copies in flight a return of one could be taken for the other's, and an unroutable copy acked.
+      settle(fail('retriable', `an earlier copy of this message to exchange ${JSON.stringify(message.exchange)} is still unconfirmed on the channel (its confirm timed out); it is sent again once that one is settled`));
+      return;
+    }
+    const entry: InFlight = { message, settle, returned: null };
+    this.#awaitingReturn.set(id, [entry]);
     this.#inFlight++;
     try {
       this.#channel.publish(message.exchange, message.routingKey, message.content, message.properties, (err: unknown) => this.#confirmed(id, entry, err));
