@@ -15,9 +15,14 @@ export class OutstandingLimit {
     this.#maxBytes = maxBytes;
   }
 
+  /** Whether `acquire(bytes)` would wait now. */
+  full(bytes: number): boolean {
+    return this.#messages > 0 && (this.#messages >= this.#maxMessages || this.#bytes + bytes > this.#maxBytes);
+  }
+
   /** Takes room for one message of `bytes`; false when `signal` aborted first. A message larger than maxBytes goes alone. */
   async acquire(bytes: number, signal: AbortSignal): Promise<boolean> {
-    while (this.#messages > 0 && (this.#messages >= this.#maxMessages || this.#bytes + bytes > this.#maxBytes)) {
+    while (this.full(bytes)) {
       if (signal.aborted) return false;
       await new Promise<void>((resolve) => {
         const done = (): void => {

@@ -139,6 +139,8 @@ export class PubSubTransport implements Transport {
       const topic = this.#topic(name);
       used.add(topic);
       const { data, attributes, orderingKey, bytes } = built.message;
+      // The room may be held by this call's own messages, still in the client's batch: send them before waiting.
+      if (this.#limit.full(bytes)) for (const t of used) t.flush().catch(() => {});
       if (!(await this.#limit.acquire(bytes, signal))) break;
       const message = o.messageOrdering ? { data, attributes, orderingKey } : { data, attributes };
       sent.push(
