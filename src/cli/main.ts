@@ -69,8 +69,9 @@ type ParsedArgs = { values: Record<string, string | boolean | string[] | undefin
 /** parseArgs, with its errors (unknown option, missing value) turned into one plain line naming the flag. */
 function parseCommandArgs(command: Command, args: string[]): ParsedArgs {
   const options = { ...GLOBAL_OPTIONS, ...command.options };
+  let parsed: ParsedArgs;
   try {
-    return parseArgs({ args, options, allowPositionals: true, strict: true }) as ParsedArgs;
+    parsed = parseArgs({ args, options, allowPositionals: true, strict: true }) as ParsedArgs;
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     const flag = /'(--?[^' ]+)/.exec((err as Error).message)?.[1] ?? '';
@@ -83,6 +84,15 @@ function parseCommandArgs(command: Command, args: string[]): ParsedArgs {
     }
     throw new UsageError((err as Error).message, command);
   }
+  // An empty value is an unset shell variable far more often than a choice: read as "no filter" it would widen
+  // a destructive command to everything (parked discard --all --destination ""), or bind a listener to every interface.
+  for (const [key, value] of Object.entries(parsed.values)) {
+    if ([value].flat().some((v) => typeof v === 'string' && v.trim() === '')) {
+      const name = `--${key}`;
+      throw new UsageError(`${name} has an empty value (an unset shell variable?); give one, e.g. ${name} ${EXAMPLES[name] ?? 'VALUE'}, or leave the flag out`, command);
+    }
+  }
+  return parsed;
 }
 
 /** Example values for the "needs a value" message. */

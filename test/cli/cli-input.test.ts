@@ -41,6 +41,26 @@ describe('txbox CLI input', { concurrency: true, timeout: 180_000 }, () => {
     await Promise.all(dbs.map((db) => db.close()));
   });
 
+  it('an empty flag value (an unset shell variable) is refused, never read as no filter: parked discard --all --destination "" discards nothing', async () => {
+    const db = await freshDb();
+    const outbox = createOutbox({ store: new PostgresOutboxStore({ schema: db.schema }), events: [Placed] });
+    const ids = await db.transaction((tx) => outbox.enqueue(tx, [Placed({ aggregateId: 1, payload: { n: 1 } }), Placed({ aggregateId: 2, payload: { n: 2 } })]));
+    await db.query(`UPDATE "${db.schema}".outbox SET state = 'parked' WHERE id = ANY($1::uuid[])`, [ids]);
+    const discard = await quick(['parked', 'discard', '--all', '--destination', ''], envFor(db));
+    expectExit(discard, 2, 'parked discard --all --destination ""');
+    assert.match(discard.stderr, /--destination has an empty value/);
+    const left = await db.query(`SELECT 1 FROM "${db.schema}".outbox WHERE state = 'parked'`);
+    assert.equal(left.length, 2, 'nothing was discarded');
+    const inbox = await quick(['inbox', 'dead', 'discard', '--all', '--consumer', ''], envFor(db));
+    expectExit(inbox, 2, 'inbox dead discard --all --consumer ""');
+    assert.match(inbox.stderr, /--consumer has an empty value/);
+    for (const flag of ['--host', '--port']) {
+      const dashboard = await quick(['dashboard', flag, ''], envFor(db, { TXBOX_DASHBOARD_TOKEN: 'a'.repeat(32) }));
+      expectExit(dashboard, 2, `dashboard ${flag} ""`);
+      assert.match(dashboard.stderr, new RegExp(`${flag} has an empty value`));
+    }
+  });
+
   it('a bare number as a duration is an error naming the flag and an example; nothing is deleted', async () => {
     const db = await freshDb();
     const outbox = createOutbox({ store: new PostgresOutboxStore({ schema: db.schema }), events: [Placed] });
