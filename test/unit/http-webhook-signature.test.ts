@@ -74,6 +74,17 @@ describe('Standard Webhooks signatures', () => {
     assert.equal(wide.ok, true);
   });
 
+  it('refuses a tolerance or a clock that is not a number (NaN from an unset variable) instead of skipping the freshness check', () => {
+    // Signed in 2021: only a check that was skipped lets it through.
+    for (const bad of [{ toleranceSeconds: Number.NaN }, { toleranceSeconds: -1 }, { toleranceSeconds: Number(process.env.TXBOX_UNSET_FOR_TEST) }, { nowSeconds: Number.NaN }]) {
+      assert.throws(
+        () => verifyWebhook({ secret: SECRET, headers: headers(SIGNATURE), body: BODY, ...bad }),
+        (e: unknown) => e instanceof ConfigError && /toleranceSeconds|nowSeconds/.test(e.field),
+        JSON.stringify(bad),
+      );
+    }
+  });
+
   it('rejects missing headers and a malformed timestamp', () => {
     const missing = verifyWebhook({ secret: SECRET, headers: { 'webhook-id': ID }, body: BODY });
     assert.equal(!missing.ok && missing.reason, 'missing-headers');

@@ -141,7 +141,10 @@ export function verifyWebhook(options: VerifyWebhookOptions): WebhookVerificatio
   const timestamp = Number(ts);
   const now = options.nowSeconds ?? Math.floor(Date.now() / 1000);
   const tolerance = options.toleranceSeconds ?? 300;
-  if (Math.abs(now - timestamp) > tolerance) {
+  // NaN (Number(process.env.UNSET)) would compare false below and skip the check: captured requests replayable for ever.
+  if (!Number.isFinite(tolerance) || tolerance < 0) throw new ConfigError('toleranceSeconds', `must be a number of seconds >= 0, got ${String(tolerance)}`);
+  if (!Number.isFinite(now)) throw new ConfigError('nowSeconds', `must be Unix seconds, got ${String(now)}`);
+  if (!(Math.abs(now - timestamp) <= tolerance)) {
     return { ok: false, reason: 'stale-timestamp', message: `webhook-timestamp is more than ${tolerance} s away from the receiver's clock` };
   }
   const secrets = Array.isArray(options.secret) ? (options.secret as readonly WebhookSecret[]) : [options.secret as WebhookSecret];
