@@ -140,11 +140,11 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
     const endpointFlags = Array.isArray(flags.endpoint) ? flags.endpoint : typeof flags.endpoint === 'string' ? [flags.endpoint] : [];
     let endpoints = (fileTransport?.endpoints as Record<string, string> | undefined) ?? undefined;
     if (env[ENV.endpoints]) {
-      endpoints = parsePairs(env[ENV.endpoints]!, ENV.endpoints);
+      endpoints = parsePairs(env[ENV.endpoints]!.split(',').filter((p) => p.trim() !== ''), ENV.endpoints);
       sources.endpoints = ENV.endpoints;
     }
     if (endpointFlags.length > 0) {
-      endpoints = parsePairs(endpointFlags.join(','), '--endpoint');
+      endpoints = parsePairs(endpointFlags, '--endpoint');
       sources.endpoints = '--endpoint';
     }
     const secret = pick('secret', 'secret', ENV.secret, fileTransport?.secret);
@@ -222,6 +222,12 @@ export function loadConfig(flags: Flags, env: NodeJS.ProcessEnv): CliConfig {
 /** Example values in the messages for bad whole-number settings: the defaults. */
 const EXAMPLE_INTS: Record<string, number> = { batchSize: 500, lanes: 2, leaseTtlMs: 30000, pollIntervalMs: 1000, maxAttempts: 12 };
 
+/** `line L, column C` (both from 1) of a character offset. */
+function lineColumn(text: string, offset: number): string {
+  const before = text.slice(0, offset).split('\n');
+  return `line ${before.length}, column ${before.at(-1)!.length + 1}`;
+}
+
 function readConfigFile(path: string): Record<string, unknown> {
   let text: string;
   try {
@@ -234,17 +240,34 @@ function readConfigFile(path: string): Record<string, unknown> {
     if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new Error('not an object');
     return value as Record<string, unknown>;
   } catch (err) {
-    throw new CliError(`config file ${path}: not a JSON object (${(err as Error).message})`);
+    // Not the parser's message: V8 quotes the text around the error, which may be a secret.
+    const at = /position (\d+)/.exec((err as Error).message);
+    const where = at ? ` at ${lineColumn(text, Number(at[1]))}` : '';
+    if ((err as Error).message === 'not an object') throw new CliError(`config file ${path}: not a JSON object (the top level must be { ... })`);
+    throw new CliError(`config file ${path}: not valid JSON${where}; jq . ${path} shows where (its text is not quoted here: it may hold secrets)`);
   }
 }
 
-function parsePairs(text: string, source: string): Record<string, string> {
+/** A destination name as the CLI takes it: what comes before the first `=` of a DEST=URL pair. */
+const DESTINATION_NAME = /^[A-Za-z0-9_.:-]+$/;
+
+/**
+ * DEST=URL pairs: one per `--endpoint` flag (the URL may hold commas), or
+ * comma-separated in the environment variable. Errors name the pair by its position and
+ * never quote it: a pair without `DEST=` is a URL whose userinfo, path or
+ * query may be a secret.
+ */
+function parsePairs(items: readonly string[], source: string): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const pair of text.split(',').map((p) => p.trim()).filter(Boolean)) {
+  items.forEach((raw, i) => {
+    const pair = raw.trim();
     const eq = pair.indexOf('=');
-    if (eq <= 0) throw new CliError(`${source}: expected destination=url pairs, got ${JSON.stringify(pair.replace(/\/\/[^@/]*@/, '//****@'))}`);
-    out[pair.slice(0, eq)] = pair.slice(eq + 1);
-  }
+    const name = pair.slice(0, Math.max(eq, 0));
+    if (eq <= 0 || !DESTINATION_NAME.test(name)) {
+      throw new CliError(`${source} #${i + 1}: expected DEST=URL, e.g. orders=https://hooks.example.com/orders (the destination name holds letters, digits and _ . : -); the value is not shown, as it may hold credentials`);
+    }
+    out[name] = pair.slice(eq + 1);
+  });
   return out;
 }
 

@@ -6,6 +6,9 @@
  */
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createOutbox, defineEvent, payloadType } from 'txbox';
 import { PostgresOutboxStore } from 'txbox/postgres';
 import { HttpTransport } from 'txbox/http';
@@ -59,6 +62,25 @@ describe('txbox CLI input', { concurrency: true, timeout: 180_000 }, () => {
       expectExit(dashboard, 2, `dashboard ${flag} ""`);
       assert.match(dashboard.stderr, new RegExp(`${flag} has an empty value`));
     }
+  });
+
+  it('a malformed --endpoint or config file never prints the secret in it: no password, token, path or webhook secret in the error', async () => {
+    const leaky = 'https://user:pw-LEAK@hooks.example.com/services/T0/B0/SECRETPATH?token=SECRETQ';
+    const listed = await quick(['relay', '--transport', 'http', '--secret', SECRET], envFor(undefined, { TXBOX_HTTP_ENDPOINTS: `orders=http://127.0.0.1:9/hook,${leaky}` }));
+    expectExit(listed, 2, 'TXBOX_HTTP_ENDPOINTS with a pair without dest=');
+    assert.match(listed.stderr, /TXBOX_HTTP_ENDPOINTS #2: expected DEST=URL/);
+    assert.doesNotMatch(listed.stderr, /LEAK|SECRETPATH|SECRETQ/, listed.stderr);
+    const relay = await quick(['relay', '--transport', 'http', '--endpoint', leaky, '--secret', SECRET], envFor(undefined));
+    expectExit(relay, 2, 'relay --endpoint without dest=');
+    assert.match(relay.stderr, /--endpoint #1: expected DEST=URL/);
+    assert.doesNotMatch(relay.stderr, /LEAK|SECRETPATH|SECRETQ/);
+    const dir = mkdtempSync(join(tmpdir(), 'txbox-cfg-'));
+    const config = join(dir, 'txbox.json');
+    writeFileSync(config, '{"transport": {"secret": whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw}}\n', { mode: 0o600 });
+    const broken = await quick(['status', '--config', config], envFor(undefined));
+    expectExit(broken, 2, 'a config file that is not JSON');
+    assert.match(broken.stderr, /not valid JSON/);
+    assert.doesNotMatch(broken.stderr, /whsec_|MfKQ/, broken.stderr);
   });
 
   it('a bare number as a duration is an error naming the flag and an example; nothing is deleted', async () => {
