@@ -4,16 +4,9 @@
  * the cookie, and the same-origin check of a POST.
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import { isIP } from 'node:net';
+import { isLoopback } from '../core/loopback.ts';
 
-/** True for 127.0.0.0/8, ::1, ::ffff:127.x.x.x and `localhost`: addresses only this machine reaches. */
-export function isLoopback(host: string): boolean {
-  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
-  if (h === 'localhost') return true;
-  if (isIP(h) === 4) return h.startsWith('127.');
-  if (isIP(h) === 6) return h === '::1' || /^::ffff:127\./.test(h);
-  return false;
-}
+export { isLoopback };
 
 /**
  * Compares a presented secret with the expected one in time that does not

@@ -7,6 +7,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { TLSSocket } from 'node:tls';
 import { ConfigError } from '../core/errors.ts';
 import { isUuid } from '../core/uuid.ts';
+import { hostName } from '../core/loopback.ts';
 import { bearerToken, crossSiteReason, FailureLimiter, isLoopback, matchToken, readCookie, sameSecret, SessionStore, sessionCookie, type DashboardSession } from './dashboard-auth.ts';
 import { DASHBOARD_JS } from './dashboard-script.ts';
 import { DASHBOARD_CSS } from './dashboard-styles.ts';
@@ -241,11 +242,6 @@ class BadRequest extends Error {
   }
 }
 
-function hostName(host: string | undefined): string {
-  if (host === undefined) return '';
-  const m = /^(\[[^\]]*\]|[^:]*)(:\d+)?$/.exec(host);
-  return m ? m[1]! : host;
-}
 
 function readBody(req: IncomingMessage, limit: number): Promise<string> {
   return new Promise((resolve, reject) => {

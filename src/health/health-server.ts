@@ -1,4 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { hostName, isLoopback } from '../core/loopback.ts';
 import { isIP } from 'node:net';
 import { ConfigError } from '../core/errors.ts';
 import { scrubErrorText } from '../core/error-text.ts';
@@ -49,7 +50,13 @@ const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
 export async function serveHealth(options: ServeHealthOptions): Promise<HealthServer> {
   const { port, host, sources, timeoutMs } = resolve(options);
   const metrics = options.metrics;
+  const guardHost = options.allowRemote !== true;
   const server = createServer((req, res) => {
+    // Bound to loopback: a page whose name an attacker rebinds to 127.0.0.1 sends its own name as Host; refuse it.
+    if (guardHost && !isLoopback(hostName(req.headers.host))) {
+      res.writeHead(421, { 'content-type': 'text/plain' }).end('misdirected request: this server answers only to a loopback Host (127.0.0.1, localhost, [::1])\n');
+      return;
+    }
     handle(req, res, sources, metrics, timeoutMs).catch(() => {
       if (!res.headersSent) res.writeHead(500, { 'content-type': 'text/plain' });
       res.end('internal error\n');

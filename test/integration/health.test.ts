@@ -6,6 +6,7 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { request as httpRequest } from 'node:http';
 import { Registry } from 'prom-client';
 import { ConfigError, createOutbox, createRelay, defineEvent, payloadType, TransportError, type HealthReport } from 'txbox';
 import { pgConnection, PostgresOutboxStore, PostgresRelayStore } from 'txbox/postgres';
@@ -111,6 +112,26 @@ describe('health: Relay.health() and serveHealth', () => {
       await relay.stop();
       await server.close();
       await connection.close();
+    }
+  });
+
+  it('on loopback, answers only a loopback Host: a page that rebinds its own name to 127.0.0.1 (DNS rebinding) cannot read it', async () => {
+    const source = { health: async (): Promise<HealthReport> => ({ live: true, ready: true, checks: [] }) };
+    const s = await serveHealth({ port: 0, sources: { source } });
+    const withHost = (host: string) =>
+      new Promise<number>((resolve, reject) => {
+        const req = httpRequest({ host: '127.0.0.1', port: s.port, path: '/readyz', headers: { host } }, (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        });
+        req.on('error', reject);
+        req.end();
+      });
+    try {
+      assert.equal(await withHost(`attacker.example:${s.port}`), 421);
+      for (const host of [`127.0.0.1:${s.port}`, `localhost:${s.port}`, 'localhost', `[::1]:${s.port}`]) assert.equal(await withHost(host), 200, host);
+    } finally {
+      await s.close();
     }
   });
 
