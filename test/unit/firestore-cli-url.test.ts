@@ -24,6 +24,7 @@ it('a bad firestore:// URL is a usage error naming where it was set and the righ
     ['firestore://shop/a/b', /"a\/b" is not a database id/],
     ['firestore://shop?x=1', /no port, query or fragment/],
     ['firestore://u:pw@shop', /carries no credentials/],
+    ['firestore://shop/%zz', /"%zz" is not a database id/],
   ];
   for (const [url, message] of cases) {
     assert.throws(() => parseFirestoreUrl(url, '--database-url', {}), (err: unknown) => err instanceof CliError && err.exitCode === 2 && message.test(err.message), url);

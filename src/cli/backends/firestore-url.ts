@@ -42,7 +42,13 @@ export function parseFirestoreUrl(url: string, source: string, env: NodeJS.Proce
   const projectId = parsed.hostname;
   if (projectId === '') throw new CliError(`${source}: names no project; give ${FORM}, e.g. firestore://my-project`);
   if (!PROJECT.test(projectId)) throw new CliError(`${source}: ${JSON.stringify(projectId)} is not a project id (lowercase letters, digits and hyphens, starting with a letter)`);
-  const path = decodeURIComponent(parsed.pathname.replace(/^\//, '').replace(/\/$/, ''));
+  const rawPath = parsed.pathname.replace(/^\//, '').replace(/\/$/, '');
+  let path: string;
+  try {
+    path = decodeURIComponent(rawPath);
+  } catch {
+    path = rawPath; // a malformed escape (%zz): refused below as not a database id
+  }
   const databaseId = path === '' ? '(default)' : path;
   if (databaseId !== '(default)' && !DATABASE.test(databaseId)) {
     throw new CliError(`${source}: ${JSON.stringify(databaseId)} is not a database id (lowercase letters, digits and hyphens, starting with a letter; or (default)); give ${FORM}`);
