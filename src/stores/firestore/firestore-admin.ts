@@ -1,7 +1,8 @@
 import { FieldValue, type Firestore, type QueryDocumentSnapshot, type Timestamp } from '@google-cloud/firestore';
 import { ConfigError } from '../../core/errors.ts';
 import { uuidv7 } from '../../core/uuid.ts';
-import { BUCKETS, collections, comparePositions, firestoreNames, type FirestoreCollections, type FirestoreNames, type FirestoreNamesOptions } from './firestore-names.ts';
+import { BUCKETS, collections, comparePositions, documentBytes, firestoreNames, MAX_COMMIT_BYTES, type FirestoreCollections, type FirestoreNames, type FirestoreNamesOptions } from './firestore-names.ts';
+import { pendingFields } from './firestore-outbox-store.ts';
 import { FirestoreStatusReader, type FirestoreOutboxStatus } from './firestore-status.ts';
 
 export interface FirestoreParkedEvent {
@@ -142,9 +143,11 @@ export class FirestoreAdmin {
    * Re-publishes published events matching `filter` as new deliveries with
    * their original ids, appended in their original order after whatever is
    * pending (each batch commits after the previous one, and a batch's copies
-   * keep their order in their UUIDv7 ids), `chunk` documents per batch (at most 250).
+   * keep their order in their UUIDv7 ids), `chunk` documents per batch (at
+   * most 250) and at most `maxBytes` of documents (Firestore refuses a request
+   * over 10 MiB; a document alone may be up to 1 MiB).
    */
-  async replay(filter: FirestoreReplayFilter, actor: string, onProgress?: (copied: number) => void, chunk = 250): Promise<{ replayId: string; copied: number }> {
+  async replay(filter: FirestoreReplayFilter, actor: string, onProgress?: (copied: number) => void, chunk = 250, maxBytes = MAX_COMMIT_BYTES): Promise<{ replayId: string; copied: number }> {
     const replayId = uuidv7();
     let q = this.#cols.outbox.where('state', '==', 'published').where('replayId', '==', null);
     if (filter.destination !== undefined) q = q.where('destination', '==', filter.destination);
@@ -156,28 +159,34 @@ export class FirestoreAdmin {
       return (filter.from === undefined || at >= filter.from.getTime()) && (filter.to === undefined || at < filter.to.getTime());
     };
     const docs = sortByPosition((await q.get()).docs.filter(inRange));
+    const perBatch = Math.min(chunk, 250);
     let copied = 0;
-    for (let i = 0; i < docs.length; i += Math.min(chunk, 250)) {
-      const batch = this.#db.batch();
-      docs.slice(i, i + Math.min(chunk, 250)).forEach((d) => {
-        const data = d.data();
-        batch.set(this.#cols.outbox.doc(uuidv7()), {
-          ...data,
-          headers: { ...(data.headers as Record<string, string>), 'txbox-replay-id': replayId },
-          ts: FieldValue.serverTimestamp(),
-          state: 'pending',
-          attempts: 0,
-          nextAttemptAt: null,
-          lastError: null,
-          routesDone: [],
-          doneAt: null,
-          replayId,
-        });
-      });
+    let batch = this.#db.batch();
+    let inBatch = 0;
+    let bytes = 0;
+    const commit = async (): Promise<void> => {
       await batch.commit();
-      copied += Math.min(chunk, 250, docs.length - i);
+      copied += inBatch;
       onProgress?.(copied);
+      [batch, inBatch, bytes] = [this.#db.batch(), 0, 0];
+    };
+    for (const d of docs) {
+      const data = d.data();
+      const ref = this.#cols.outbox.doc(uuidv7());
+      const copy = {
+        ...data,
+        headers: { ...(data.headers as Record<string, string>), 'txbox-replay-id': replayId },
+        ...pendingFields(),
+        replayId,
+      };
+      const size = documentBytes(ref.path, copy);
+      // A batch ends at `chunk` documents, or before the document that would take it past `maxBytes`.
+      if (inBatch > 0 && (inBatch >= perBatch || bytes + size > maxBytes)) await commit();
+      batch.set(ref, copy);
+      inBatch++;
+      bytes += size;
     }
+    if (inBatch > 0) await commit();
     await this.#cols.audit.doc().set({ at: FieldValue.serverTimestamp(), action: 'replay', actor, detail: JSON.stringify({ replayId, copied, ...filter }) });
     return { replayId, copied };
   }

@@ -14,7 +14,7 @@ import { withoutPayloadText, type OutboxEvent } from '../../core/envelope.ts';
 import { ConfigError, InvalidEventError } from '../../core/errors.ts';
 import { canonicalEventId, quoteId, storableText } from '../../core/inbound-event.ts';
 import { InboxBatchError, type InboxStore, type RunBatchOptions } from '../../core/inbox-ports.ts';
-import { checkConsumer, DOCUMENT_OVERHEAD_BYTES, firestoreInboxNames, inboxDocId, MAX_DOCUMENT_BYTES, type FirestoreInboxNames, type FirestoreInboxNamesOptions } from './firestore-names.ts';
+import { checkConsumer, documentBytes, DOCUMENT_OVERHEAD_BYTES, firestoreInboxNames, inboxDocId, MAX_DOCUMENT_BYTES, type FirestoreInboxNames, type FirestoreInboxNamesOptions } from './firestore-names.ts';
 
 export interface FirestoreInboxStoreOptions extends FirestoreInboxNamesOptions {
   /** The Firestore instance the inbox runs its transactions on (the consumer service's database). Required. */
@@ -55,9 +55,42 @@ function envelopeJson(e: OutboxEvent): string {
   const bytes = encoder.encode(text).length;
   if (bytes > MAX_DOCUMENT_BYTES - DOCUMENT_OVERHEAD_BYTES) {
     const message = `the envelope of event ${e.id} is ${bytes} bytes: over what a Firestore inbox document holds (${MAX_DOCUMENT_BYTES - DOCUMENT_OVERHEAD_BYTES} bytes)`;
-    throw Object.assign(new Error(message), { code: '54000' });
+    throw tooLarge(message);
   }
   return text;
+}
+
+/** The refusal of a document that cannot be stored: SQLSTATE 54000 (program limit exceeded), as PostgreSQL's, so the inbox counts it as deterministic. */
+function tooLarge(message: string, cause?: unknown): Error {
+  return Object.assign(new Error(message, cause === undefined ? undefined : { cause }), { code: '54000' });
+}
+
+/**
+ * `doc` when Firestore can store it at `ref`: the whole document is measured
+ * (the envelope, and the key, type and error text written next to it:
+ * inbound keys and types have no length limit), else refused with 54000
+ * before any write.
+ */
+function fitting(ref: DocumentReference, doc: DocumentData, eventId: string): DocumentData {
+  const bytes = documentBytes(ref.path, doc);
+  if (bytes > MAX_DOCUMENT_BYTES) {
+    throw tooLarge(`the inbox document of event ${eventId} would be ${bytes} bytes (its envelope, key, type and error text): over what a Firestore inbox document holds (${MAX_DOCUMENT_BYTES} bytes)`);
+  }
+  return doc;
+}
+
+/**
+ * Firestore's INVALID_ARGUMENT (gRPC code 3: a document over 1 MiB, a key too
+ * long to query) is the same for the same event every time: rethrown as
+ * 54000 with the error as its cause, so the inbox dead-letters the event
+ * after a bounded number of tries instead of retrying it in place for ever
+ * as an outage. An expired transaction (INVALID_ARGUMENT too, which the
+ * client retries) is not.
+ */
+function refused(err: unknown): never {
+  const { code, message } = (err ?? {}) as { code?: unknown; message?: unknown };
+  if (code === 3 && !/transaction has expired/.test(String(message))) throw tooLarge(`Firestore refused the inbox's transaction (INVALID_ARGUMENT, the same for this event every time): ${String(message)}`, err);
+  throw err;
 }
 
 /** An envelope read back (JSON text). */
@@ -316,13 +349,13 @@ export class FirestoreInboxStore implements InboxStore<Transaction> {
           attempts: c.attempts,
           receivedAt: c.receivedAt ?? FieldValue.serverTimestamp(),
         };
-        if (m.hold === undefined) tx.set(m.ref, { ...base, status: 'processed', processedAt: FieldValue.serverTimestamp(), lastError: null, envelope: null, heldAt: null });
-        else tx.set(m.ref, { ...base, status: 'held', processedAt: null, lastError: m.hold, envelope: envelopeJson({ ...m.e, id: m.id }), heldAt: FieldValue.serverTimestamp() });
+        if (m.hold === undefined) tx.set(m.ref, fitting(m.ref, { ...base, status: 'processed', processedAt: FieldValue.serverTimestamp(), lastError: null, envelope: null, heldAt: null }, m.id));
+        else tx.set(m.ref, fitting(m.ref, { ...base, status: 'held', processedAt: null, lastError: m.hold, envelope: envelopeJson({ ...m.e, id: m.id }), heldAt: FieldValue.serverTimestamp() }, m.id));
       }
       // A key's lock is written when this batch ran one of its events (read only, it orders nothing this batch changes).
       for (const l of locks) if (claimedKeys.includes(l.key)) tx.set(l.ref, { at: FieldValue.serverTimestamp() });
       return { ran, heldKeys: [...heldKeys], held };
-    });
+    }).catch(refused);
   }
 
   async recordFailure(consumer: string, event: OutboxEvent, error: string, maxAttempts: number) {
@@ -335,16 +368,18 @@ export class FirestoreInboxStore implements InboxStore<Transaction> {
       const snap = await tx.get(ref);
       if (!snap.exists) {
         const dead = maxAttempts <= 1;
-        tx.set(ref, newUnprocessedDoc(consumer, id, event, { status: dead ? 'dead' : 'failed', attempts: 1, lastError: text, envelope, heldAt: null }));
+        tx.set(ref, fitting(ref, newUnprocessedDoc(consumer, id, event, { status: dead ? 'dead' : 'failed', attempts: 1, lastError: text, envelope, heldAt: null }), id));
         return { attempts: 1, dead };
       }
       // Processed or dead already (a redelivery raced this failure): nothing recorded.
       if (!REOPENABLE.has(String(snap.get('status')))) return { attempts: 0, dead: false };
       const attempts = Number(snap.get('attempts') ?? 0) + 1;
       const dead = attempts >= maxAttempts;
-      tx.update(ref, { status: dead ? 'dead' : 'failed', attempts, lastError: text, envelope });
+      const change = { status: dead ? 'dead' : 'failed', attempts, lastError: text, envelope };
+      fitting(ref, { ...snap.data(), ...change }, id);
+      tx.update(ref, change);
       return { attempts, dead };
-    });
+    }).catch(refused);
   }
 
   async hold(consumer: string, event: OutboxEvent, reason: string): Promise<void> {
@@ -356,11 +391,13 @@ export class FirestoreInboxStore implements InboxStore<Transaction> {
     await this.#db.runTransaction(async (tx) => {
       const snap = await tx.get(ref);
       if (!snap.exists) {
-        tx.set(ref, newUnprocessedDoc(consumer, id, event, { status: 'held', attempts: 0, lastError: text, envelope, heldAt: FieldValue.serverTimestamp() }));
+        tx.set(ref, fitting(ref, newUnprocessedDoc(consumer, id, event, { status: 'held', attempts: 0, lastError: text, envelope, heldAt: FieldValue.serverTimestamp() }), id));
       } else if (REOPENABLE.has(String(snap.get('status')))) {
-        tx.update(ref, { status: 'held', lastError: text, envelope, heldAt: FieldValue.serverTimestamp() });
+        const change = { status: 'held', lastError: text, envelope, heldAt: FieldValue.serverTimestamp() };
+        fitting(ref, { ...snap.data(), ...change }, id);
+        tx.update(ref, change);
       }
-    });
+    }).catch(refused);
   }
 
   async recheckHeld(consumer: string, olderThanMs: number, limit: number): Promise<string[]> {

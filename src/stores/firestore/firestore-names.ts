@@ -67,6 +67,35 @@ export function comparePositions(a: Position, b: Position): number {
 /** Largest document Firestore stores (1 MiB less 4 bytes), and what the event's other fields and the field names may take of it. */
 export const MAX_DOCUMENT_BYTES = 1_048_572;
 export const DOCUMENT_OVERHEAD_BYTES = 16_384;
+/**
+ * What txbox writes in one commit at most: 9.5 MiB of Firestore's 10 MiB
+ * per request (cloud.google.com/firestore/quotas, "Maximum API request
+ * size"), the rest left to the caller's own writes in the same transaction
+ * and to the request's framing.
+ */
+export const MAX_COMMIT_BYTES = 9_961_472;
+/** Firestore queries consider only the first 1,500 bytes of a string's UTF-8 (firestore/docs/concepts/data-types): a longer key cannot be told from another with the same beginning. */
+export const MAX_QUERIED_BYTES = 1_500;
+
+/** A value's size as Firestore counts it (firestore/docs/storage-size): a string its UTF-8 bytes + 1, null and booleans 1, numbers, timestamps and sentinels 8, maps and arrays what they hold. */
+function valueBytes(v: unknown): number {
+  if (typeof v === 'string') return Buffer.byteLength(v, 'utf8') + 1;
+  if (v === null || v === undefined || typeof v === 'boolean') return 1;
+  if (Array.isArray(v)) return v.reduce((n: number, x) => n + valueBytes(x), 0);
+  if (typeof v === 'object' && Object.getPrototypeOf(v) === Object.prototype) return fieldsBytes(v as Record<string, unknown>);
+  return 8;
+}
+
+function fieldsBytes(data: Record<string, unknown>): number {
+  let n = 0;
+  for (const [k, v] of Object.entries(data)) n += Buffer.byteLength(k, 'utf8') + 1 + valueBytes(v);
+  return n;
+}
+
+/** A document's size as Firestore counts it: its name (the path, + 16), its fields (names and values), + 32. */
+export function documentBytes(path: string, data: Record<string, unknown>): number {
+  return Buffer.byteLength(path, 'utf8') + 1 + 16 + fieldsBytes(data) + 32;
+}
 
 export interface FirestoreInboxNamesOptions {
   /** The inbox collection (top level); the per-key lock and audit collections take it as a prefix. Default: `txbox_inbox`. */

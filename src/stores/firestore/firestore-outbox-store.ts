@@ -1,8 +1,8 @@
 import { FieldValue, Timestamp, type DocumentReference, type Firestore, type Transaction, type WriteBatch } from '@google-cloud/firestore';
-import { ConfigError, PayloadTooLargeError } from '../../core/errors.ts';
+import { ConfigError, InvalidEventError, PayloadTooLargeError } from '../../core/errors.ts';
 import type { OutboxStore, PreparedEvent, TransactionProblem } from '../../core/ports.ts';
 import { uuidv7 } from '../../core/uuid.ts';
-import { bucketOf, collections, DOCUMENT_OVERHEAD_BYTES, firestoreNames, MAX_DOCUMENT_BYTES, type FirestoreCollections, type FirestoreNames, type FirestoreNamesOptions } from './firestore-names.ts';
+import { bucketOf, collections, documentBytes, DOCUMENT_OVERHEAD_BYTES, firestoreNames, MAX_COMMIT_BYTES, MAX_DOCUMENT_BYTES, MAX_QUERIED_BYTES, type FirestoreCollections, type FirestoreNames, type FirestoreNamesOptions } from './firestore-names.ts';
 
 /**
  * The caller's transaction on Firestore: the `Transaction` that
@@ -55,15 +55,35 @@ export class FirestoreOutboxStore implements OutboxStore<FirestoreTx> {
   async insert(tx: FirestoreTx, events: readonly PreparedEvent[]): Promise<void> {
     if (events.length === 0) return;
     const docs: [DocumentReference, Record<string, unknown>][] = [];
+    const autocommit = isFirestore(tx);
+    let total = autocommit ? 0 : earlierBytes(tx);
     events.forEach((e, i) => {
+      const at = events.length === 1 ? 'event' : `events[${i}]`;
       const bytes = encoder.encode(e.payloadJson).length + encoder.encode(JSON.stringify(e.headers)).length;
       if (bytes > MAX_DOCUMENT_BYTES - DOCUMENT_OVERHEAD_BYTES) {
-        throw new PayloadTooLargeError(events.length === 1 ? 'event.payload' : `events[${i}].payload`, bytes, MAX_DOCUMENT_BYTES - DOCUMENT_OVERHEAD_BYTES);
+        throw new PayloadTooLargeError(`${at}.payload`, bytes, MAX_DOCUMENT_BYTES - DOCUMENT_OVERHEAD_BYTES);
       }
-      docs.push([this.#cols.outbox.doc(uuidv7()), eventDocument(e)]);
+      const keyBytes = encoder.encode(e.key).length;
+      if (keyBytes > MAX_QUERIED_BYTES) {
+        throw new InvalidEventError(
+          `${at}.key`,
+          `is ${keyBytes} bytes in UTF-8, over the ${MAX_QUERIED_BYTES} bytes Firestore queries look at (they compare only a string's first ${MAX_QUERIED_BYTES} bytes, so the relay could not tell this key from another with the same beginning); pass a shorter key, e.g. a hash of the aggregate id`,
+        );
+      }
+      const ref = this.#cols.outbox.doc(uuidv7());
+      const data = eventDocument(e);
+      total += documentBytes(ref.path, data);
+      if (total > MAX_COMMIT_BYTES) {
+        throw new InvalidEventError(
+          at,
+          `would bring the outbox documents of this ${autocommit ? 'batch' : 'transaction'} to ${total} bytes, over the ${MAX_COMMIT_BYTES} bytes txbox writes in one Firestore commit (Firestore refuses a request over 10 MiB, and your own writes share it); enqueue these events in separate transactions, or make the payloads smaller`,
+          { code: 'TXBOX_PAYLOAD_TOO_LARGE' },
+        );
+      }
+      docs.push([ref, data]);
     });
     const target = tx as { set(ref: DocumentReference, data: Record<string, unknown>): unknown };
-    if (isFirestore(tx)) {
+    if (autocommit) {
       // allowAutocommit: the events commit on their own, in one batch.
       const batch = (tx as unknown as Firestore).batch();
       for (const [ref, data] of docs) batch.set(ref, data);
@@ -71,6 +91,8 @@ export class FirestoreOutboxStore implements OutboxStore<FirestoreTx> {
       return;
     }
     for (const [ref, data] of docs) target.set(ref, data);
+    const ops = writesOf(tx);
+    written.set(tx, { bytes: total, writes: ops?.length ?? 0, last: ops?.[ops.length - 1] });
   }
 
   /** A Firestore `Transaction` or `WriteBatch`; the Firestore instance itself writes outside any transaction (autocommit). */
@@ -110,6 +132,28 @@ function finishedTransaction(tx: unknown): boolean {
   return typeof t.get === 'function' && t._writeBatch !== undefined && t._prevTransactionId !== undefined && t._transactionIdPromise === undefined;
 }
 
+/**
+ * The bytes of outbox documents each transaction or batch got so far, with
+ * its writes then and the last of them: Firestore runs a contended
+ * transaction's callback again with the same Transaction, its writes cleared.
+ */
+const written = new WeakMap<object, { bytes: number; writes: number; last: unknown }>();
+
+/** The writes a Transaction or WriteBatch holds, read from @google-cloud/firestore 8.x's private fields; undefined for another object (its bytes then only add up). */
+function writesOf(tx: unknown): readonly unknown[] | undefined {
+  const t = tx as { _ops?: unknown; _writeBatch?: { _ops?: unknown } };
+  const ops = t._writeBatch !== undefined ? t._writeBatch._ops : t._ops;
+  return Array.isArray(ops) ? ops : undefined;
+}
+
+/** The bytes earlier enqueue calls wrote in `tx`: 0 when Firestore cleared its writes since (the last one recorded is gone). */
+function earlierBytes(tx: object): number {
+  const sent = written.get(tx);
+  if (sent === undefined) return 0;
+  const ops = writesOf(tx);
+  return ops === undefined || ops[sent.writes - 1] === sent.last ? sent.bytes : 0;
+}
+
 function isFirestore(value: unknown): boolean {
   const v = value as { collection?: unknown; runTransaction?: unknown; batch?: unknown };
   return v !== null && typeof v === 'object' && typeof v.collection === 'function' && typeof v.runTransaction === 'function' && typeof v.batch === 'function';
@@ -129,14 +173,13 @@ export function eventDocument(e: PreparedEvent, extra: Record<string, unknown> =
     headers: { ...e.headers },
     occurredAt: Timestamp.fromDate(e.occurredAt),
     version: e.version,
-    ts: FieldValue.serverTimestamp(),
-    state: 'pending',
-    attempts: 0,
-    nextAttemptAt: null,
-    lastError: null,
-    routesDone: [],
-    doneAt: null,
+    ...pendingFields(),
     replayId: null,
     ...extra,
   };
+}
+
+/** The fields of an event not yet published: its position (commit time), state and delivery record. Also what a replay resets. */
+export function pendingFields(): Record<string, unknown> {
+  return { ts: FieldValue.serverTimestamp(), state: 'pending', attempts: 0, nextAttemptAt: null, lastError: null, routesDone: [], doneAt: null };
 }

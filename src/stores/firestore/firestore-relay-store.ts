@@ -133,8 +133,23 @@ export class FirestoreRelayStore implements RelayStore {
     return this.#cols.buckets.doc(String(bucket));
   }
 
+  /**
+   * The relay's heartbeat document, `<collection>_relays/<relayId>`. The
+   * relay allows ids Firestore refuses as document ids (`.`, `..`, `__x__`):
+   * refused here, before any write, naming relayId.
+   */
+  #relayRef(relayId: string): DocumentReference {
+    if (relayId === '.' || relayId === '..' || /^__.*__$/.test(relayId)) {
+      throw new ConfigError(
+        'relayId',
+        `${JSON.stringify(relayId)} cannot be a Firestore document id (the relay's heartbeat document in ${this.names.relays}: Firestore refuses "." and ".." and ids matching __.*__); choose another, e.g. "relay-1", or leave relayId out for <host>-<pid>-<random>`,
+      );
+    }
+    return this.#cols.relays.doc(relayId);
+  }
+
   async heartbeat(relay: RelayHeartbeat, ttlMs: number) {
-    const written = await this.#cols.relays.doc(relay.relayId).set({
+    const written = await this.#relayRef(relay.relayId).set({
       relayId: relay.relayId,
       host: relay.host,
       pid: relay.pid,
@@ -230,7 +245,7 @@ export class FirestoreRelayStore implements RelayStore {
       for (const snap of snaps) if (snap.get('owner') === relayId) tx.update(snap.ref, { owner: null, leaseUntil: null });
     });
     // A clean stop: nothing about this relay is left to show (live relays count the documents heartbeating).
-    await this.#cols.relays.doc(relayId).delete();
+    await this.#relayRef(relayId).delete();
   }
 
   /**
@@ -278,13 +293,14 @@ export class FirestoreRelayStore implements RelayStore {
             for (const k of fresh) parkedByKey.set(k, []);
             const parked = anyParked ? await Promise.all(chunks(fresh, IN_LIMIT).map((k) => tx.get(this.#cols.outbox.where('state', '==', 'parked').where('key', 'in', k)))) : [];
             for (const p of parked.flatMap((q: QuerySnapshot) => q.docs)) {
-              if (!skip.has(p.get('destination') as string)) parkedByKey.get(p.get('key') as string)!.push(position(p));
+              // ?.: a key over the 1,500 bytes Firestore compares (enqueue refuses them now; an older event may have one) can match another key's parked event.
+              if (!skip.has(p.get('destination') as string)) parkedByKey.get(p.get('key') as string)?.push(position(p));
             }
             for (const d of docs) {
               const key = d.get('key') as string;
               if (blocked.has(key)) continue;
               const here = position(d);
-              if (after(d.get('nextAttemptAt') as Timestamp | null, page.readTime) || parkedByKey.get(key)!.some((p) => comparePositions(p, here) < 0)) {
+              if (after(d.get('nextAttemptAt') as Timestamp | null, page.readTime) || (parkedByKey.get(key) ?? []).some((p) => comparePositions(p, here) < 0)) {
                 blocked.add(key);
                 continue;
               }
