@@ -20,6 +20,12 @@ export interface Command {
   readonly options: NonNullable<ParseArgsConfig['options']>;
   /** The positional arguments it takes, by name (e.g. ['ACTION']); default none. Any more are refused. */
   readonly positionals?: readonly string[];
+  /**
+   * It watches `signal` and stops cleanly (a relay, the dashboard, the demo,
+   * torture). Otherwise the first SIGINT or SIGTERM ends the process at once:
+   * a one-shot command's open transaction is rolled back by the server.
+   */
+  readonly stopsOnSignal?: boolean;
   /** Resolves with the exit code. */
   run(ctx: CommandContext): Promise<number>;
 }

@@ -129,7 +129,11 @@ export async function main(argv: string[]): Promise<number> {
   let signals = 0;
   const onSignal = (sig: NodeJS.Signals): void => {
     signals++;
-    if (signals > 1) process.exit(sig === 'SIGINT' ? EXIT.interrupted : EXIT.failure); // second signal: leave now
+    // A one-shot command does not watch the signal: leave now (its open transaction rolls back on the server).
+    if (signals > 1 || command.stopsOnSignal !== true) {
+      if (command.stopsOnSignal !== true) process.stderr.write(`txbox ${command.name}: interrupted (${sig})\n`);
+      process.exit(sig === 'SIGINT' ? EXIT.interrupted : EXIT.failure);
+    }
     controller.abort();
   };
   process.on('SIGINT', onSignal);

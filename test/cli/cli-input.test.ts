@@ -13,7 +13,8 @@ import { createOutbox, defineEvent, payloadType } from 'txbox';
 import { PostgresOutboxStore } from 'txbox/postgres';
 import { HttpTransport } from 'txbox/http';
 import { DATABASE_URL, openDb, type TestDb } from '../helpers/databases.ts';
-import { runCli, type CliResult } from '../helpers/cli.ts';
+import { runCli, startCli, type CliResult } from '../helpers/cli.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const Placed = defineEvent({ type: 'OrderPlaced', aggregateType: 'Order', destination: 'orders', payload: payloadType<{ n: number }>() });
 
@@ -81,6 +82,25 @@ describe('txbox CLI input', { concurrency: true, timeout: 180_000 }, () => {
     expectExit(broken, 2, 'a config file that is not JSON');
     assert.match(broken.stderr, /not valid JSON/);
     assert.doesNotMatch(broken.stderr, /whsec_|MfKQ/, broken.stderr);
+  });
+
+  it('Ctrl-C ends a one-shot command at once (exit 130): txbox migrate waiting for another migration\'s lock', async () => {
+    const db = await freshDb();
+    const holder = await db.connection.transaction(async (tx) => {
+      // Another deploy's migrate holds the lock (the same key txbox migrate takes) while this test runs.
+      await tx.query(`SELECT pg_advisory_xact_lock(hashtext($1))`, [`txbox:${db.schema}.outbox`]);
+      const cli = startCli(['migrate'], envFor(db));
+      await waitFor('migrate to wait for the lock', async () =>
+        (await db.query(`SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND NOT l.granted AND a.application_name LIKE 'txbox%'`)).length > 0,
+      );
+      const sent = performance.now();
+      cli.child.kill('SIGINT');
+      const result = await Promise.race([cli.exited, new Promise<'still running'>((r) => setTimeout(r, 5000, 'still running'))]);
+      if (result === 'still running') cli.child.kill('SIGKILL');
+      return { result, ms: performance.now() - sent };
+    });
+    assert.notEqual(holder.result, 'still running', 'the first Ctrl-C did not end it');
+    assert.equal((holder.result as CliResult).code, 130);
   });
 
   it('a bare number as a duration is an error naming the flag and an example; nothing is deleted', async () => {

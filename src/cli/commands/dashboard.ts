@@ -9,6 +9,7 @@ import { createDashboardHandler, isLoopback, type DashboardInboxSource } from '.
 
 export const dashboardCommand: Command = {
   name: 'dashboard',
+  stopsOnSignal: true,
   summary: 'a web dashboard: backlog and publish rate charts, relays, parked events and inbox dead/held events with retry, live',
   help: `Usage: txbox dashboard [--port 8090] [--host 127.0.0.1] (--token T | --no-auth)
                        [--show-payloads] [--inbox-table NAME] [--sample-every 5s]

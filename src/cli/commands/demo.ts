@@ -26,6 +26,7 @@ const SINKS: Record<string, (url: string | undefined) => Promise<DemoSink>> = {
 
 export const demoCommand: Command = {
   name: 'demo',
+  stopsOnSignal: true,
   summary: 'run an order service, the relay and a receiver, and verify: nothing lost, nothing phantom, per-key order kept',
   help: `Usage: txbox demo [--events N] [--writers N] [--crash-relay-every DURATION] [--database-url URL] [--store mysql|firestore]
 

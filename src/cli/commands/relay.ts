@@ -14,6 +14,7 @@ const DEFAULT_KEEP_PUBLISHED_MS = 24 * 3_600_000;
 
 export const relayCommand: Command = {
   name: 'relay',
+  stopsOnSignal: true,
   summary: 'run a relay: publish outbox events to the transport until SIGTERM',
   help: `Usage: txbox relay --transport TYPE [options]
 

@@ -6,6 +6,7 @@ import { runTorture, type TortureReport } from '../torture/torture-run.ts';
 
 export const tortureCommand: Command = {
   name: 'torture',
+  stopsOnSignal: true,
   summary: 'a Jepsen-style check: producers, relays killed and paused at random, an independent observer; exit 1 on any loss, phantom or reorder',
   help: `Usage: txbox torture [--database-url URL] [--transport TYPE] [--events N] [--kills N] [--inbox] [options]
 
