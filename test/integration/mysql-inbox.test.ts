@@ -221,6 +221,29 @@ describe('mysql inbox on MariaDB', () => {
     await pool.query('DROP TABLE stock');
   });
 
+  it('prune does not wait for an inbox transaction in progress (on a small table the delete would scan and wait for its uncommitted row)', async () => {
+    const inbox = createInbox<MysqlExecutor>({ store, consumer: 'prunelock', autoStart: false, metrics: false, batch: { maxSize: 1, concurrency: 1 } });
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    inbox.on('Noted', async (e) => {
+      if (e.aggregateId === 'slow') await gate;
+    });
+    for (let i = 0; i < 20; i++) assert.equal((await inbox.process(event({ aggregateId: `p${i}` }))).status, 'processed');
+    await pool.query("UPDATE inbox SET processed_at = UTC_TIMESTAMP(6) - INTERVAL 1 DAY WHERE consumer = 'prunelock'");
+    const slow = inbox.process(event({ aggregateId: 'slow' })); // its inbox row is written, its handler waits
+    try {
+      await new Promise((r) => setTimeout(r, 300));
+      const pruning = admin.prune(60_000);
+      const done = await Promise.race([pruning, new Promise<'stuck'>((r) => setTimeout(r, 3000, 'stuck'))]);
+      assert.notEqual(done, 'stuck', 'prune waited for the inbox transaction');
+      assert.ok((done as number) >= 20, String(done));
+    } finally {
+      release();
+      await slow;
+      await inbox.stop?.();
+    }
+  });
+
   it('the held re-check picks keys with held events not looked at lately, once each, and stamps them', async () => {
     const held = [event({ key: 'K:1', version: 5 }), event({ key: 'K:1', version: 6 }), event({ key: 'K:2', version: 3 })];
     for (const e of held) await store.hold('recheck', e, 'waits');
