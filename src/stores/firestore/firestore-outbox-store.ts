@@ -16,7 +16,6 @@ export interface FirestoreOutboxStoreOptions extends FirestoreNamesOptions {
   readonly firestore: Firestore;
 }
 
-
 /**
  * The write side of a Firestore outbox: one document per event, written
  * through the caller's `Transaction` or `WriteBatch` (a `set`, no read), so
