@@ -17,6 +17,7 @@
  * error's `cause` chain), adding what their client says differently.
  */
 import type { Logger } from './logger.ts';
+import { thrownText } from './error-text.ts';
 
 /** Socket error codes that mean nothing (or nothing healthy) answers at the address right now. */
 const OUTAGE_CODES = ['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN', 'ETIMEDOUT', 'ECONNRESET'] as const;
@@ -84,7 +85,7 @@ export async function startDespiteOutage(context: OutageContext, connect: () => 
     const reason = (context.outage ?? brokerOutage)(err);
     if (reason === null) throw err;
     // The adapter's message names the setting to check, without credentials.
-    warnOutageAtStart(context.logger, { transport: context.transport, address: context.address, reason, err: err instanceof Error ? err.message : String(err) });
+    warnOutageAtStart(context.logger, { transport: context.transport, address: context.address, reason, err: thrownText(err) });
     return false;
   }
 }

@@ -1,4 +1,5 @@
 type Handler<T> = (payload: T) => void;
+import { thrownText } from './error-text.ts';
 
 /**
  * A small typed event emitter for lifecycle events. A throwing listener does
@@ -22,7 +23,7 @@ export class TypedEmitter<Events extends object> {
       try {
         (handler as Handler<Events[K]>)(payload);
       } catch (err) {
-        process.emitWarning(`txbox: a listener for "${String(name)}" threw: ${err instanceof Error ? err.message : String(err)}`);
+        process.emitWarning(`txbox: a listener for "${String(name)}" threw: ${thrownText(err)}`);
       }
     }
   }

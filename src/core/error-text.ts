@@ -19,3 +19,22 @@ const UNSAFE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\
 function isHighSurrogate(code: number): boolean {
   return code >= 0xd800 && code <= 0xdbff;
 }
+
+/**
+ * The text of anything thrown, never throwing itself: a handler or a user's
+ * function may throw an Error whose `message` is not a string, an object
+ * without a prototype (no `toString`), a Symbol, or an object whose
+ * `toString` throws.
+ */
+export function thrownText(err: unknown): string {
+  if (err instanceof Error) {
+    const message: unknown = err.message;
+    if (typeof message === 'string') return message;
+    return `${typeof err.name === 'string' && err.name !== '' ? err.name : 'Error'} (its message is not a string)`;
+  }
+  try {
+    return String(err);
+  } catch {
+    return Object.prototype.toString.call(err);
+  }
+}

@@ -14,6 +14,7 @@ export type TxboxErrorCode =
   | 'TXBOX_ABORTED'
   | 'TXBOX_NOT_IN_TRANSACTION'
   | 'TXBOX_ROLLED_BACK';
+import { thrownText } from './error-text.ts';
 
 export class TxboxError extends Error {
   readonly code: TxboxErrorCode;
@@ -137,6 +138,6 @@ export class AbortedError extends TxboxError {
 /** Turns anything thrown into a TransportError; unknown errors count as retriable. */
 export function toTransportError(err: unknown): TransportError {
   if (err instanceof TransportError) return err;
-  const message = err instanceof Error ? err.message : String(err);
+  const message = thrownText(err);
   return new TransportError('retriable', message, { cause: err });
 }

@@ -1,5 +1,6 @@
 import type { OutboxEvent } from './envelope.ts';
 import type { SqlExecutor } from './ports.ts';
+import { thrownText } from './error-text.ts';
 
 /** What became of one received event. */
 export type InboxOutcome =
@@ -98,6 +99,6 @@ export class InboxBatchError extends Error {
     readonly index: number,
     override readonly cause: unknown,
   ) {
-    super(`handler of batch item ${index} failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    super(`handler of batch item ${index} failed: ${thrownText(cause)}`, { cause });
   }
 }

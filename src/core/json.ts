@@ -1,4 +1,5 @@
 import { InvalidEventError } from './errors.ts';
+import { thrownText } from './error-text.ts';
 
 /** A UTF-16 surrogate without its pair: not valid Unicode, refused by PostgreSQL's json and silently replaced in text columns. */
 export const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
@@ -55,7 +56,7 @@ export function serializePayload(field: string, payload: unknown): string {
   try {
     json = JSON.stringify(payload);
   } catch (err) {
-    throw new InvalidEventError(field, `cannot be serialized to JSON: ${err instanceof Error ? err.message : String(err)}`);
+    throw new InvalidEventError(field, `cannot be serialized to JSON: ${thrownText(err)}`);
   }
   if (json === undefined) throw new InvalidEventError(field, 'serializes to nothing (undefined); pass a JSON value');
   return json;
@@ -122,7 +123,7 @@ function checkJson(value: unknown, parents: object[], strings: boolean, callToJS
     try {
       out = (toJSON as (this: object, key: string) => unknown).call(obj, '');
     } catch (err) {
-      throw new JsonProblem(`its toJSON() threw: ${err instanceof Error ? err.message : String(err)}`);
+      throw new JsonProblem(`its toJSON() threw: ${thrownText(err)}`);
     }
     if (out === undefined) {
       if (parents.length > 0) return; // JSON omits it (null in an array), as callers expect

@@ -9,6 +9,7 @@
 
 /** SQLSTATE classes that depend on the data sent, not on the server's state: data exception (22), integrity constraint violation (23). */
 const DETERMINISTIC_CLASSES = new Set(['22', '23']);
+import { thrownText } from './error-text.ts';
 /** Single codes of other classes that are deterministic too: program limit exceeded (54000: e.g. a value too large), statement too complex (54001). */
 const DETERMINISTIC_CODES = new Set(['54000', '54001']);
 
@@ -83,7 +84,7 @@ export function scrubMysqlMessage(message: string): string {
 export function storeErrorText(err: unknown, max = 500): string {
   const errno = mysqlErrno(err);
   const code = errno === 0 ? sqlState(err) : '';
-  const raw = err instanceof Error ? err.message : String(err);
+  const raw = thrownText(err);
   const message = errno === 0 ? raw : scrubMysqlMessage(raw);
   const text = `${errno !== 0 ? `MySQL error ${errno}: ` : code ? `SQLSTATE ${code}: ` : ''}${message}`.replace(/\u0000/g, '\ufffd');
   return text.length > max ? `${text.slice(0, max - 3)}...` : text;

@@ -14,6 +14,7 @@ import { DASHBOARD_CSS } from './dashboard-styles.ts';
 import { resolveDashboardOptions, type DashboardOptions, type ResolvedDashboardOptions } from './dashboard-options.ts';
 import { dashboardPage, loginPage } from './dashboard-page.ts';
 import { DashboardSampler, type DashboardSnapshot } from './dashboard-sampler.ts';
+import { thrownText } from '../core/error-text.ts';
 
 /** A request handler with a `close()` that stops sampling and ends the live views. */
 export interface DashboardHandler {
@@ -221,7 +222,7 @@ export function createDashboardHandler(options: DashboardOptions): DashboardHand
       if (res.headersSent) return void res.end();
       if (err instanceof BadRequest) return json(res, err.status, { error: err.message }, err.status === 413 ? { connection: 'close' } : {});
       if (err instanceof ConfigError) return json(res, 400, { error: err.message });
-      o.logger.error({ err: err instanceof Error ? err.message : String(err) }, 'dashboard: request failed');
+      o.logger.error({ err: thrownText(err) }, 'dashboard: request failed');
       json(res, 500, { error: 'the dashboard could not do this; see its log' });
     });
   }) as DashboardHandler;

@@ -4,7 +4,7 @@
  * new snapshot. One sampler serves every open page, so the database load
  * does not grow with the number of viewers.
  */
-import { scrubErrorText } from '../core/error-text.ts';
+import { scrubErrorText, thrownText } from '../core/error-text.ts';
 import type { Logger } from '../core/logger.ts';
 import type {
   DashboardCircuit,
@@ -127,7 +127,7 @@ export class DashboardSampler {
       if (this.#history.length > this.#capacity) this.#history.splice(0, this.#history.length - this.#capacity);
       this.#snapshot = { at: new Date(sample.t).toISOString(), status, circuits, parked, inbox, error: null, sample };
     } catch (err) {
-      const message = scrubErrorText(err instanceof Error ? err.message : String(err), 500);
+      const message = scrubErrorText(thrownText(err), 500);
       this.options.logger.warn({ err: message }, 'dashboard: sampling the status failed');
       this.#snapshot = { ...this.#snapshot, at: new Date().toISOString(), error: message, sample: null };
     }

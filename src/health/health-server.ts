@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { hostName, isLoopback } from '../core/loopback.ts';
 import { isIP } from 'node:net';
 import { ConfigError } from '../core/errors.ts';
-import { scrubErrorText } from '../core/error-text.ts';
+import { scrubErrorText, thrownText } from '../core/error-text.ts';
 import type { HealthReport, HealthSource } from '../core/health.ts';
 
 /** What `/metrics` serves: a prom-client `Registry` fits as it is. */
@@ -145,7 +145,7 @@ async function report(source: HealthSource, timeoutMs: number): Promise<HealthRe
       }),
     ]);
   } catch (err) {
-    const detail = scrubErrorText(err instanceof Error ? err.message : String(err), 200);
+    const detail = scrubErrorText(thrownText(err), 200);
     return { live: false, ready: false, checks: [{ name: 'health', ok: false, detail }] };
   } finally {
     clearTimeout(timer);

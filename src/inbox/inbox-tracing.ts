@@ -7,6 +7,7 @@
 import { startConsumerTrace, type ConsumerTrace } from '../core/consumer-tracing.ts';
 import type { OutboxEvent } from '../core/envelope.ts';
 import type { InboxOutcome } from '../core/inbox-ports.ts';
+import { thrownText } from '../core/error-text.ts';
 
 export { runTraced } from '../core/consumer-tracing.ts';
 export type { ConsumerTrace } from '../core/consumer-tracing.ts';
@@ -27,7 +28,7 @@ export function settleInboxTrace(trace: ConsumerTrace | undefined, pending: Prom
       return outcome;
     },
     (err: unknown) => {
-      trace.fail(err instanceof Error ? err.message : String(err));
+      trace.fail(thrownText(err));
       trace.end();
       throw err;
     },

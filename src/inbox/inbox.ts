@@ -13,6 +13,7 @@ import { runTraced, settleInboxTrace, startInboxTrace, type ConsumerTrace } from
 import { isMetrics, type Metrics } from '../core/metrics.ts';
 import { defaultMetrics } from '../metrics/otel/otel-metrics.ts';
 import { recordInboxMetrics } from './inbox-metrics.ts';
+import { thrownText } from '../core/error-text.ts';
 
 /** Tries of an event whose inbox row PostgreSQL refuses (a deterministic store error) before it is dead. */
 export const STORE_REFUSAL_ATTEMPTS = 3;
@@ -442,7 +443,7 @@ export class Inbox<Tx = SqlExecutor> {
     try {
       await this.#releaseHeld(key);
     } catch (err) {
-      this.#logger.warn({ consumer: this.consumer, keyHash: keyHash(key), err: err instanceof Error ? err.message : String(err) }, 'txbox inbox: releasing held events failed; the held re-check will retry');
+      this.#logger.warn({ consumer: this.consumer, keyHash: keyHash(key), err: thrownText(err) }, 'txbox inbox: releasing held events failed; the held re-check will retry');
     }
   }
 
@@ -504,7 +505,7 @@ export class Inbox<Tx = SqlExecutor> {
    */
   async #failed(event: OutboxEvent, err: unknown, acked = false): Promise<{ outcome: InboxOutcome; heldKeys: string[] }> {
     // A MySQL server error quotes the value it refused (a key, a payload field): its text is scrubbed.
-    const message = storableText(mysqlErrno(err) !== 0 ? storeErrorText(err, 2000) : err instanceof Error ? err.message : String(err));
+    const message = storableText(mysqlErrno(err) !== 0 ? storeErrorText(err, 2000) : thrownText(err));
     const max = err instanceof InvalidPayload ? 1 : this.#retry.maxAttempts;
     let recorded: { attempts: number; dead: boolean } | undefined;
     const refused = await this.#refused(

@@ -1,4 +1,4 @@
-import { scrubErrorText } from '../core/error-text.ts';
+import { scrubErrorText, thrownText } from '../core/error-text.ts';
 import type { HealthCheck, HealthReport } from '../core/health.ts';
 import type { OpenCircuit } from '../core/ports.ts';
 
@@ -28,7 +28,7 @@ export class RelayHealth {
 
   dbFailed(err: unknown): void {
     this.#dbFailedAt = performance.now();
-    this.#dbError = scrubErrorText(err instanceof Error ? err.message : String(err), 200);
+    this.#dbError = scrubErrorText(thrownText(err), 200);
   }
 
   leaseTicked(): void {

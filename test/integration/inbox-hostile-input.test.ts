@@ -147,6 +147,38 @@ for (const kind of BACKENDS) {
       assert.equal(rows[0]!.last_error, 'bad byte \ufffd here');
     });
 
+    for (const maxSize of [1, 64]) {
+      it(`odd throwables (an Error whose message is not a string, a null-prototype object, a throwing toString) retry, then dead, never a rejection (batch ${maxSize})`, async () => {
+        const odd: (() => unknown)[] = [
+          () => Object.assign(new Error('x'), { message: undefined }),
+          () => Object.assign(new Error('x'), { message: { nested: true } }),
+          () => Object.create(null),
+          () => ({
+            toString() {
+              throw new Error('toString threw');
+            },
+          }),
+          () => Symbol('thrown'),
+        ];
+        const inbox = createInbox({ store, consumer: `odd-throw-${maxSize}`, autoStart: false, batch: { maxSize }, retry: { baseDelayMs: 10, maxDelayMs: 10, maxAttempts: 2 } });
+        const events = odd.map((_, i) => event({ key: `Odd:${i}`, payload: { i } }));
+        inbox.on('Noted', (e) => {
+          throw odd[(e.payload as { i: number }).i]!();
+        });
+        for (const expected of ['retry', 'dead']) {
+          // All at once, as a consumer's concurrent keys come (one group-commit batch with maxSize 64).
+          const outcomes = await Promise.allSettled(events.map((e) => inbox.process(e)));
+          assert.deepEqual(
+            outcomes.map((o) => (o.status === 'fulfilled' ? o.value.status : `rejected: ${String((o.reason as Error)?.message)}`)),
+            events.map(() => expected),
+          );
+        }
+        const rows = await db.query<{ last_error: string }>(`SELECT last_error FROM "${db.schema}".inbox WHERE consumer = $1 AND status = 'dead' ORDER BY key`, [`odd-throw-${maxSize}`]);
+        assert.equal(rows.length, odd.length);
+        for (const r of rows) assert.ok(r.last_error.length > 0, 'a reason is stored');
+      });
+    }
+
     it("a row of txbox's own that PostgreSQL refuses (a constraint) is dead after a bounded number of tries; other events flow", async () => {
       await db.query(`ALTER TABLE "${db.schema}".inbox ADD CONSTRAINT no_refused CHECK (type <> 'Refused')`);
       try {

@@ -10,6 +10,7 @@ import { createOutbox, defineEvent, payloadType, type Outbox } from '../../index
 import type { PostgresConnection } from '../../stores/postgres/postgres-connection.ts';
 import { PostgresOutboxStore } from '../../stores/postgres/postgres-outbox-store.ts';
 import { Random, Zipf } from './random.ts';
+import { thrownText } from '../../core/error-text.ts';
 
 export const DESTINATIONS = ['orders', 'payments'] as const;
 
@@ -108,7 +109,7 @@ export async function produce(o: ProducerOptions, log: CommittedLog): Promise<vo
         // Outcome unknown only if COMMIT itself failed; the producer's connections are never
         // terminated on purpose, so this is counted and reported, not guessed.
         log.failed++;
-        log.lastFailure = err instanceof Error ? err.message : String(err);
+        log.lastFailure = thrownText(err);
       }
     } finally {
       inFlight -= count;

@@ -25,6 +25,7 @@ import { ConsumerFleet, type InboxCheck } from './consumer-fleet.ts';
 import { Random } from './random.ts';
 import { LeaseHistory, describeViolations, orderViolationSamples } from './order-evidence.ts';
 import type { TortureOptions } from './torture-options.ts';
+import { thrownText } from '../../core/error-text.ts';
 
 export interface TortureReport {
   readonly database: string;
@@ -197,7 +198,7 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
       await pausing;
       await Promise.all(takeovers);
     })().catch((err: unknown) => {
-      faultError = err instanceof Error ? err.message : String(err);
+      faultError = thrownText(err);
       io.onProgress(`the fault loop failed: ${faultError}; stopping the run`);
     });
 
@@ -330,7 +331,7 @@ async function bounded(step: Promise<unknown> | undefined, ms: number, what: str
     const r = await Promise.race([step.then(() => 'done' as const), late]);
     if (r === 'late') io.onProgress(`${what} took over ${ms / 1000} s; going on without it`);
   } catch (err) {
-    io.onProgress(`${what} failed: ${err instanceof Error ? err.message : String(err)}`);
+    io.onProgress(`${what} failed: ${thrownText(err)}`);
   } finally {
     clearTimeout(timer);
   }

@@ -1,6 +1,7 @@
 // pg is loaded when a stream opens, not with this module: txbox/pglite re-exports the
 // relay store, which must import without pg installed.
 import type pg from 'pg';
+import { thrownText } from '../../core/error-text.ts';
 
 /**
  * One logical replication stream over node-postgres (`replication: 'database'`):
@@ -183,7 +184,7 @@ export async function openWalStream(options: WalStreamOptions): Promise<WalStrea
     try {
       onCopyData(chunk);
     } catch (err) {
-      end(new Error(`unreadable pgoutput data (${err instanceof Error ? err.message : String(err)}): the replication stream is ended`));
+      end(new Error(`unreadable pgoutput data (${thrownText(err)}): the replication stream is ended`));
     }
   });
   const onCopyData = (chunk: Buffer): void => {

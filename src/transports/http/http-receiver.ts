@@ -11,6 +11,7 @@ import { silentLogger, type Logger } from '../../core/logger.ts';
 import { runTraced, startConsumerTrace } from '../../core/consumer-tracing.ts';
 import { parseEnvelope } from './http-envelope.ts';
 import { missingSecretError, verifyWebhook, webhookKey, type WebhookSecret } from './webhook-signature.ts';
+import { thrownText } from '../../core/error-text.ts';
 
 /** What `onEvent` learns about the request besides the event. */
 export interface WebhookContext {
@@ -127,10 +128,10 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
     try {
       await runTraced(trace, () => onEvent(parsed.event, ctx));
     } catch (err) {
-      trace?.fail(err instanceof Error ? err.message : String(err));
+      trace?.fail(thrownText(err));
       trace?.end();
       logger.error(
-        { eventId: parsed.event.id, type: parsed.event.type, err: err instanceof Error ? err.message : String(err) },
+        { eventId: parsed.event.id, type: parsed.event.type, err: thrownText(err) },
         'txbox webhook receiver: onEvent failed; answered 500 so the sender retries',
       );
       return reply(res, 500, 'the event handler failed');
@@ -141,7 +142,7 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
 
   const receiver = ((req: IncomingMessage, res: ServerResponse): void => {
     handle(req, res).catch((err: unknown) => {
-      logger.error({ err: err instanceof Error ? err.message : String(err) }, 'txbox webhook receiver: unexpected failure');
+      logger.error({ err: thrownText(err) }, 'txbox webhook receiver: unexpected failure');
       if (!res.headersSent) reply(res, 500, 'internal error');
       else res.destroy();
     });

@@ -6,6 +6,7 @@
  */
 import type { EachBatchPayload, KafkaMessage } from 'kafkajs';
 import { parseKafkaMessage, type ParsedKafkaMessage } from './kafka-message.ts';
+import { thrownText } from '../../core/error-text.ts';
 
 /** During a long batch, progress is committed at least this often. */
 const COMMIT_EVERY_MS = 1000;
@@ -141,6 +142,6 @@ function parseGuarded(message: Parameters<typeof parseKafkaMessage>[0], destinat
   try {
     return parseKafkaMessage(message, destination);
   } catch (err) {
-    return { ok: false, message: `the record cannot be read (${err instanceof Error ? err.message : String(err)})` };
+    return { ok: false, message: `the record cannot be read (${thrownText(err)})` };
   }
 }

@@ -7,6 +7,7 @@
 import { ownHeader, payloadText, type OutboxEvent } from '../../core/envelope.ts';
 import type { KafkaRecord } from './kafka-client.ts';
 import { eventFromTxboxFields, TXBOX_FIELD } from '../../core/inbound-event.ts';
+import { thrownText } from '../../core/error-text.ts';
 
 export const KAFKA_HEADER = { ...TXBOX_FIELD, contentType: 'content-type' } as const;
 
@@ -31,7 +32,7 @@ export function buildKafkaRecord(event: OutboxEvent, topic: string): BuiltRecord
   try {
     json = payloadText(event);
   } catch (err) {
-    return { ok: false, reason: `the payload cannot be serialized to JSON (${err instanceof Error ? err.message : String(err)})` };
+    return { ok: false, reason: `the payload cannot be serialized to JSON (${thrownText(err)})` };
   }
   const key = event.key;
   const value = json ?? 'null';

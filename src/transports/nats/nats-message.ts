@@ -8,6 +8,7 @@
 import type { MsgHdrs } from '@nats-io/transport-node';
 import { ownHeader, payloadText, type OutboxEvent } from '../../core/envelope.ts';
 import { checkedInbound } from '../../core/inbound-event.ts';
+import { thrownText } from '../../core/error-text.ts';
 
 export const HEADER = {
   msgId: 'Nats-Msg-Id',
@@ -57,7 +58,7 @@ export function buildMessage(event: OutboxEvent, expectedStream: string | null):
   try {
     json = payloadText(event);
   } catch (err) {
-    return { ok: false, reason: `the payload cannot be serialized to JSON (${err instanceof Error ? err.message : String(err)})` };
+    return { ok: false, reason: `the payload cannot be serialized to JSON (${thrownText(err)})` };
   }
   const body = Buffer.from(json ?? 'null', 'utf8');
   // Names are distinct here (event headers named like txbox's are refused), so each is one line.
@@ -165,7 +166,7 @@ export function parseNatsMessage(m: ReceivedNatsMessage): ParsedNatsMessage {
   } catch (err) {
     // nats.js decodes headers on first access and throws on what it cannot read (a name with a space or
     // a non-ASCII character, a bare LF in a value), which other clients can send.
-    return { ok: false, message: `the headers cannot be read (${err instanceof Error ? err.message : String(err)})` };
+    return { ok: false, message: `the headers cannot be read (${thrownText(err)})` };
   }
 }
 

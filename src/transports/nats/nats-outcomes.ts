@@ -8,6 +8,7 @@
 import { ConfigError, TransportError, type TransportErrorKind } from '../../core/errors.ts';
 import type { PublishOutcome } from '../../core/ports.ts';
 import type { NatsCredentialSetting } from './nats-transport-options.ts';
+import { thrownText } from '../../core/error-text.ts';
 
 export const ACK: PublishOutcome = Object.freeze({ ok: true });
 
@@ -173,6 +174,6 @@ export function jetStreamCheckFailure(err: unknown, servers: string, credentials
 
 /** An error's message with any `scheme://user:pass@` userinfo removed. */
 export function messageOf(err: unknown): string {
-  const message = err instanceof Error ? err.message : String(err);
+  const message = thrownText(err);
   return message.replace(/\/\/[^@\s/]*@/g, '//');
 }

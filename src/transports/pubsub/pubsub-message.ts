@@ -7,6 +7,7 @@
  */
 import { ownHeader, payloadText, type OutboxEvent } from '../../core/envelope.ts';
 import { eventFromTxboxFields, TXBOX_FIELD } from '../../core/inbound-event.ts';
+import { thrownText } from '../../core/error-text.ts';
 
 export const PUBSUB_ATTRIBUTE = { ...TXBOX_FIELD, key: 'txbox-key', contentType: 'content-type' } as const;
 
@@ -37,7 +38,7 @@ export function buildPubSubMessage(event: OutboxEvent): BuiltPubSubMessage {
   try {
     json = payloadText(event);
   } catch (err) {
-    return { ok: false, reason: `the payload cannot be serialized to JSON (${err instanceof Error ? err.message : String(err)})` };
+    return { ok: false, reason: `the payload cannot be serialized to JSON (${thrownText(err)})` };
   }
   // The key is an ordering key and an attribute value: both allow 1024 bytes.
   if (Buffer.byteLength(event.key, 'utf8') > PUBSUB_LIMITS.orderingKeyBytes) return { ok: false, reason: `the event key is over ${PUBSUB_LIMITS.orderingKeyBytes} bytes, the most a Pub/Sub ordering key may have` };

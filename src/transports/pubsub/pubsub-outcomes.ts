@@ -6,6 +6,7 @@
 import { PubSub, type ClientConfig } from '@google-cloud/pubsub';
 import { ConfigError, TransportError, type TransportErrorKind } from '../../core/errors.ts';
 import type { ResolvedPubSubConnection } from './pubsub-transport-options.ts';
+import { thrownText } from '../../core/error-text.ts';
 
 /** gRPC status codes Pub/Sub answers with. */
 export const GRPC = { CANCELLED: 1, UNKNOWN: 2, INVALID_ARGUMENT: 3, DEADLINE_EXCEEDED: 4, NOT_FOUND: 5, ALREADY_EXISTS: 6, PERMISSION_DENIED: 7, RESOURCE_EXHAUSTED: 8, FAILED_PRECONDITION: 9, ABORTED: 10, OUT_OF_RANGE: 11, UNIMPLEMENTED: 12, INTERNAL: 13, UNAVAILABLE: 14, UNAUTHENTICATED: 16 } as const;
@@ -32,7 +33,7 @@ export function grpcCode(err: unknown): number | null {
 
 /** One line: the status and the server's text, without the client's stack or request. */
 export function errorText(err: unknown): string {
-  const message = err instanceof Error ? err.message : String(err);
+  const message = thrownText(err);
   return message.split('\n')[0]!.slice(0, 300);
 }
 

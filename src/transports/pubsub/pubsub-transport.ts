@@ -7,6 +7,7 @@ import { buildPubSubMessage } from './pubsub-message.ts';
 import { clientOf, publishFailure, withinConnectTimeout } from './pubsub-outcomes.ts';
 import { resolvePubSubTransportOptions, type PubSubTransportOptions, type ResolvedPubSubTransportOptions } from './pubsub-transport-options.ts';
 import { OutstandingLimit } from './pubsub-flow-control.ts';
+import { thrownText } from '../../core/error-text.ts';
 
 const ACK: PublishOutcome = Object.freeze({ ok: true });
 
@@ -120,7 +121,7 @@ export class PubSubTransport implements Transport {
       } catch (err) {
         // Nothing answers (started during an outage): destination-down, so the events wait instead of using up attempts.
         const kind = brokerOutage(err) === null ? 'retriable' : 'destination-down';
-        const error = new TransportError(kind, `the Pub/Sub transport could not start: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+        const error = new TransportError(kind, `the Pub/Sub transport could not start: ${thrownText(err)}`, { cause: err });
         return events.map(() => ({ ok: false, error }));
       }
     }

@@ -8,6 +8,7 @@
 import type { ChannelModel, ConfirmChannel, Message, Options } from 'amqplib';
 import type { PublishOutcome } from '../../core/ports.ts';
 import { ACK, channelClosedOutcome, closeReason, fail, maxSizeInText, nacked, unroutable, type CloseReason, type Target } from './rabbitmq-outcomes.ts';
+import { thrownText } from '../../core/error-text.ts';
 
 /** A message ready to publish. */
 export interface OutgoingMessage extends Target {
@@ -94,7 +95,7 @@ export class RabbitMqConfirmChannel {
         settle(fail('permanent', `cannot encode the message: ${err.message} (the event headers are too large for an AMQP table)`, err));
       } else {
         this.#closed = true;
-        settle(fail('retriable', `cannot publish on the channel: ${err instanceof Error ? err.message : String(err)}`, err));
+        settle(fail('retriable', `cannot publish on the channel: ${thrownText(err)}`, err));
       }
     }
   }

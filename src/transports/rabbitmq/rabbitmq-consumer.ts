@@ -10,6 +10,7 @@ import { resolveRabbitMqConsumerOptions, type RabbitMqConsumerOptions, type Reso
 import { RabbitMqConnection, type ConnectionHooks } from './rabbitmq-connection.ts';
 import { decodeRabbitMqMessage } from './rabbitmq-message.ts';
 import { closeReason, REPLY, scrub, type CloseReason } from './rabbitmq-outcomes.ts';
+import { thrownText } from '../../core/error-text.ts';
 
 export type RabbitMqSettledStatus = 'processed' | 'duplicate' | 'ignored' | 'held' | 'dead' | 'queued';
 
@@ -115,7 +116,7 @@ export class RabbitMqConsumer implements Consumer {
       connected: () => this.#sub !== null && !this.#sub.closed,
       describe: (err) => {
         const reason = closeReason(err);
-        return reason ? `${reason.code} ${reason.text}` : scrub(err instanceof Error ? err.message : String(err));
+        return reason ? `${reason.code} ${reason.text}` : scrub(thrownText(err));
       },
       logOncePerOutage: true,
     });
@@ -451,7 +452,7 @@ export class RabbitMqConsumer implements Consumer {
     if (err instanceof ConfigError) return err;
     const url = this.#o.connection.display;
     const reason = closeReason(err);
-    const said = reason ? `${reason.code} ${reason.text}` : scrub(err instanceof Error ? err.message : String(err));
+    const said = reason ? `${reason.code} ${reason.text}` : scrub(thrownText(err));
     const { queue, exchange } = (err ?? {}) as { queue?: string; exchange?: string };
     const what = queue !== undefined ? `queue ${JSON.stringify(queue)}` : exchange !== undefined ? `exchange ${JSON.stringify(exchange)}` : 'the queues';
     const options = { cause: err };

@@ -5,6 +5,7 @@
  */
 import { ConfigError, TransportError, type TransportErrorKind } from '../../core/errors.ts';
 import type { PublishOutcome } from '../../core/ports.ts';
+import { thrownText } from '../../core/error-text.ts';
 
 export const ACK: PublishOutcome = Object.freeze({ ok: true });
 
@@ -133,7 +134,7 @@ export function channelClosedOutcome(reason: CloseReason | null, t: Target & { r
  */
 export function connectError(err: unknown, display: string, user: string): ConfigError {
   const e = err as { code?: unknown } | null;
-  const message = err instanceof Error ? err.message : String(err);
+  const message = thrownText(err);
   const errno = typeof e?.code === 'string' ? e.code : null;
   if (errno === null && /ACCESS.REFUSED/.test(message)) {
     return new ConfigError('url', `RabbitMQ at ${display} refused the login of user ${JSON.stringify(user)} (ACCESS_REFUSED); check the user name and password in url`, { cause: err });

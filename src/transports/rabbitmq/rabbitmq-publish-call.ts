@@ -10,6 +10,7 @@ import type { OutgoingMessage, RabbitMqConfirmChannel } from './rabbitmq-confirm
 import { encodeRabbitMqMessage } from './rabbitmq-message.ts';
 import { describeTarget, exchangeSetting, fail, tooLarge, type Target } from './rabbitmq-outcomes.ts';
 import { routingKeyProblem, type ResolvedRabbitMqTransportOptions } from './rabbitmq-transport-options.ts';
+import { thrownText } from '../../core/error-text.ts';
 
 export interface PublishContext {
   readonly options: ResolvedRabbitMqTransportOptions;
@@ -60,7 +61,7 @@ export class PublishCall {
           }
         },
         (err: unknown) => {
-          const reason = err instanceof Error ? err.message : String(err);
+          const reason = thrownText(err);
           // No channel: the connection is down or refused, for every destination (destination-down: the relay pauses, nothing parks).
           this.cancel((t) => fail('destination-down', `cannot open a confirm channel to publish to ${describeTarget(t)}: ${reason}`, err));
         },
@@ -88,7 +89,7 @@ export class PublishCall {
     } catch (err) {
       const target = { destination: event.destination, exchange, routingKey: '?' };
       this.#targets[index] = target;
-      this.#settle(index, fail('permanent', `destinations.${event.destination}.routingKey threw: ${err instanceof Error ? err.message : String(err)}`, err));
+      this.#settle(index, fail('permanent', `destinations.${event.destination}.routingKey threw: ${thrownText(err)}`, err));
       return null;
     }
     const target = { destination: event.destination, exchange, routingKey: String(routingKey) };
@@ -102,7 +103,7 @@ export class PublishCall {
     try {
       encoded = encodeRabbitMqMessage(event);
     } catch (err) {
-      this.#settle(index, fail('permanent', `cannot serialize the event for ${describeTarget(target)}: ${err instanceof Error ? err.message : String(err)}`, err));
+      this.#settle(index, fail('permanent', `cannot serialize the event for ${describeTarget(target)}: ${thrownText(err)}`, err));
       return null;
     }
     const limit = this.#ctx.bodyLimit();

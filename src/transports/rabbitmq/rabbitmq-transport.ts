@@ -9,6 +9,7 @@ import { RabbitMqConnection, type ConnectionHooks } from './rabbitmq-connection.
 import { closeReason, fail, quote, REPLY, scrub, type Target } from './rabbitmq-outcomes.ts';
 import { PublishCall, type PublishContext } from './rabbitmq-publish-call.ts';
 import { resolveRabbitMqTransportOptions, type RabbitMqTransportOptions, type ResolvedRabbitMqTransportOptions } from './rabbitmq-transport-options.ts';
+import { thrownText } from '../../core/error-text.ts';
 
 /** Lifecycle events of a RabbitMqTransport. `url` is always the redacted URL. */
 export interface RabbitMqTransportEvents {
@@ -117,7 +118,7 @@ export class RabbitMqTransport extends TypedEmitter<RabbitMqTransportEvents> imp
         this.#connectOnce(signal).then(
           () => this.publish(events, signal),
           // Nothing answers (a relay started during an outage): destination-down, so the events wait instead of using up attempts.
-          (err: unknown) => this.#failAll(events, `cannot connect: ${err instanceof Error ? err.message : String(err)}`, brokerOutage(err) === null ? 'retriable' : 'destination-down'),
+          (err: unknown) => this.#failAll(events, `cannot connect: ${thrownText(err)}`, brokerOutage(err) === null ? 'retriable' : 'destination-down'),
         ),
       );
     }

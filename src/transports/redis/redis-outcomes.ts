@@ -6,6 +6,7 @@
  */
 import { ConfigError, TransportError, type TransportErrorKind, type TxboxError } from '../../core/errors.ts';
 import type { PublishOutcome } from '../../core/ports.ts';
+import { thrownText } from '../../core/error-text.ts';
 
 export const ACK: PublishOutcome = Object.freeze({ ok: true });
 
@@ -162,5 +163,5 @@ function transportError(kind: TransportErrorKind, message: string, err: unknown,
 }
 
 function errorMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
+  return thrownText(err);
 }

@@ -11,6 +11,7 @@ import type { PublishOutcome } from '../../core/ports.ts';
 import { ACK, abortedFailure, timeoutFailure, xaddFailure, type XaddTarget } from './redis-outcomes.ts';
 import { encodeStreamFields, entryBytes } from './redis-stream-fields.ts';
 import type { ResolvedRedisTransportOptions } from './redis-transport-options.ts';
+import { thrownText } from '../../core/error-text.ts';
 
 export interface PublishContext {
   readonly client: Redis;
@@ -37,7 +38,7 @@ export async function publishCall(ctx: PublishContext, events: readonly OutboxEv
     try {
       fields = encodeStreamFields(event);
     } catch (err) {
-      const why = err instanceof Error ? err.message : String(err);
+      const why = thrownText(err);
       outcomes[i] = { ok: false, error: new TransportError('permanent', `event ${event.id} for stream ${JSON.stringify(target.stream)}: its payload or headers cannot be serialized to JSON (${why})`) };
       continue;
     }

@@ -7,6 +7,7 @@ import { connectAndVerify, createClient } from './redis-connection.ts';
 import type { StartContext } from './redis-outcomes.ts';
 import { publishCall, type PublishContext } from './redis-publish-call.ts';
 import { resolveRedisTransportOptions, streamKeyOf, type RedisTransportOptions, type ResolvedRedisTransportOptions } from './redis-transport-options.ts';
+import { thrownText } from '../../core/error-text.ts';
 
 export {
   resolveRedisTransportOptions,
@@ -111,7 +112,7 @@ export class RedisTransport implements Transport {
       } catch (err) {
         // Nothing answers (started during an outage): destination-down, so the events wait instead of using up attempts.
         const kind = brokerOutage(err) === null ? 'retriable' : 'destination-down';
-        const error = new TransportError(kind, `the Redis transport could not start: ${err instanceof Error ? err.message : String(err)}`);
+        const error = new TransportError(kind, `the Redis transport could not start: ${thrownText(err)}`);
         return events.map(() => ({ ok: false, error }));
       }
     }

@@ -15,6 +15,7 @@ import { InvalidEventError, TransportError } from '../../core/errors.ts';
 import type { PublishOutcome } from '../../core/ports.ts';
 import { encodeSqsMessage, type EncodedSqsMessage } from './sqs-message.ts';
 import { abortedOutcome, ACK, classifyEntryError, classifyRequestError, failedOutcome, unroutableOutcome } from './sqs-outcomes.ts';
+import { thrownText } from '../../core/error-text.ts';
 
 /** SQS and SNS take at most 10 entries per batch request. */
 export const MAX_BATCH_ENTRIES = 10;
@@ -152,7 +153,7 @@ function encode(event: OutboxEvent, target: BatchTarget, maxBytes: number): Enco
   try {
     message = encodeSqsMessage(event, target.fifo);
   } catch (err) {
-    const why = err instanceof Error ? err.message : String(err);
+    const why = thrownText(err);
     const field = err instanceof InvalidEventError ? '' : 'its payload cannot be serialized to JSON: ';
     return { ok: false, error: new TransportError('permanent', `event ${event.id} for ${target.where}: ${field}${why}`) };
   }
