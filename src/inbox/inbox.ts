@@ -19,6 +19,8 @@ import { thrownText } from '../core/error-text.ts';
 export const STORE_REFUSAL_ATTEMPTS = 3;
 /** Held rows whose keys one re-check looks at, at most (`recheckHeld`). */
 export const HELD_RECHECK_ROWS = 100;
+/** Held rows of a key read at a time when they are released (a page of rows that cannot run yet is read again 10x larger, up to 100x). */
+const HELD_RELEASE_PAGE = 50;
 /** Keys run at once when a batch is redone one event at a time (each key's events still one after another). */
 const ALONE_KEYS = 4;
 /** Events whose refusals are counted in memory at most (the oldest is forgotten first). */
@@ -335,14 +337,16 @@ export class Inbox<Tx = SqlExecutor> {
     // Hold reasons in handler order (a batch's handlers run one after another): the i-th held event's is reasons[i].
     const reasons: string[] = [];
     if (prepared.length > 0) {
-      const byTyped = new Map(prepared.map((p) => [p.typed, p]));
+      // The store gets the events as received (a held one is kept so, and goes through the schema again when it
+      // runs); the handlers get the schema's output.
+      const byReceived = new Map(prepared.map((p) => [p.item.event, p]));
       const run = (options?: RunBatchOptions) =>
         this.#store.runBatch(
           this.consumer,
-          prepared.map((p) => p.typed),
+          prepared.map((p) => p.item.event),
           (tx, e) => {
-            const p = byTyped.get(e)!;
-            return Promise.resolve(runTraced(p.item.trace, () => p.handler(e, tx)));
+            const p = byReceived.get(e)!;
+            return Promise.resolve(runTraced(p.item.trace, () => p.handler(p.typed, tx)));
           },
           options,
         );
@@ -473,7 +477,8 @@ export class Inbox<Tx = SqlExecutor> {
         const typed = await this.#validate(entry, event);
         const reasons: string[] = [];
         const options = holding ? { holdReason: holdReasonsInto(reasons) } : undefined;
-        const { ran, heldKeys, held } = await this.#store.runBatch(this.consumer, [typed], (tx, e) => Promise.resolve(runTraced(trace, () => entry.handler(e, tx))), options);
+        // The event as received to the store (a held row keeps it so), the schema's output to the handler.
+        const { ran, heldKeys, held } = await this.#store.runBatch(this.consumer, [event], (tx) => Promise.resolve(runTraced(trace, () => entry.handler(typed, tx))), options);
         if (held?.[0]) {
           this.#refusals.delete(event.id);
           this.events.fire('held', { id: event.id, type: event.type, keyHash: keyHash(event.key), reason: reasons[0] ?? '' });
@@ -557,20 +562,35 @@ export class Inbox<Tx = SqlExecutor> {
 
   /**
    * After an event of `key` was processed (or when the re-check picks the
-   * key), runs the held events of that key in version order, and stops at
-   * the first that is still held (or failed): the later ones wait for it.
+   * key), runs the held events of that key in version order. One that is
+   * still held (or failed) keeps the later events of its aggregate waiting
+   * (versions count per aggregate); other aggregates sharing the key go on.
+   * A held row of a type without a handler here is passed over (it stays
+   * held, for an operator to see).
    */
   async #releaseHeld(key: string): Promise<void> {
+    let limit = HELD_RELEASE_PAGE;
     for (let round = 0; round < 1000; round++) {
-      const held = await this.#store.redrivable(this.consumer, 50, key);
-      if (held.length === 0) return;
+      const held = await this.#store.redrivable(this.consumer, limit, key);
+      const waiting = new Set<string>();
+      let progressed = false;
       for (const e of held) {
+        const aggregate = `${e.aggregateType}\u0000${e.aggregateId}`;
+        if (waiting.has(aggregate) || !this.#handlers.has(e.type)) continue;
         const trace = startInboxTrace(e, this.consumer);
         const { status } = await settleInboxTrace(
           trace,
           this.#processOne(e, true, trace).then((r) => r.outcome),
         );
-        if (status !== 'processed' && status !== 'duplicate' && status !== 'ignored') return;
+        if (status === 'processed' || status === 'duplicate') progressed = true;
+        else waiting.add(aggregate);
+      }
+      // A page that was not full held every held row of the key: all that could run has run.
+      if (held.length < limit) return;
+      if (!progressed) {
+        // A full page of rows that cannot run yet: look further, once per size.
+        if (limit >= HELD_RELEASE_PAGE * 100) return;
+        limit *= 10;
       }
     }
   }
