@@ -1,6 +1,6 @@
 import { TypedEmitter, keyHash } from '../core/emitter.ts';
 import { withoutPayloadText, type OutboxEvent } from '../core/envelope.ts';
-import { ConfigError, TxboxError } from '../core/errors.ts';
+import { ConfigError, InvalidEventError, TxboxError } from '../core/errors.ts';
 import type { EventDefinition } from '../core/events.ts';
 import { canonicalEventId, inboundEventProblem, storableText } from '../core/inbound-event.ts';
 import { InboxBatchError, type InboxOutcome, type InboxStore, type RunBatchOptions } from '../core/inbox-ports.ts';
@@ -511,7 +511,8 @@ export class Inbox<Tx = SqlExecutor> {
   async #failed(event: OutboxEvent, err: unknown, acked = false): Promise<{ outcome: InboxOutcome; heldKeys: string[] }> {
     // A MySQL server error quotes the value it refused (a key, a payload field): its text is scrubbed.
     const message = storableText(mysqlErrno(err) !== 0 ? storeErrorText(err, 2000) : thrownText(err));
-    const max = err instanceof InvalidPayload ? 1 : this.#retry.maxAttempts;
+    // An invalid payload, or an event txbox's own code refused (applyVersioned's version): the same every time.
+    const max = err instanceof InvalidPayload || err instanceof InvalidEventError ? 1 : this.#retry.maxAttempts;
     let recorded: { attempts: number; dead: boolean } | undefined;
     const refused = await this.#refused(
       event,

@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { FieldValue, type Firestore, type Transaction } from '@google-cloud/firestore';
-import { ConfigError, createInbox, createOutbox, defineEvent, HoldEvent, payloadType, type OutboxEvent } from 'txbox';
+import { ConfigError, createInbox, createOutbox, defineEvent, HoldEvent, InvalidEventError, payloadType, type OutboxEvent } from 'txbox';
 import type { InboxStore } from '../../src/core/inbox-ports.ts';
 import { uuidv7 } from '../../src/core/uuid.ts';
 import { applyVersioned, FirestoreInboxAdmin, FirestoreInboxStore, FirestoreOutboxStore } from '../../src/stores/firestore/index.ts';
@@ -268,7 +268,7 @@ describe('firestore inbox', { skip, timeout: 240_000 }, () => {
     assert.throws(() => new FirestoreInboxStore({ firestore: db, collection: 'in/box' }), (err: unknown) => err instanceof ConfigError && /collection/.test(err.message));
     await assert.rejects(
       db.runTransaction((tx) => applyVersioned(tx, { document: counters().doc('v'), version: 0, values: {} })),
-      (err: unknown) => err instanceof ConfigError && /version/.test(err.message),
+      (err: unknown) => err instanceof InvalidEventError && /^version: must be a positive integer/.test(err.message),
     );
     await assert.rejects(
       db.runTransaction((tx) => applyVersioned(tx, { document: counters().doc('v'), version: 1, values: { version: 3 } })),

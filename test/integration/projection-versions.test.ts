@@ -6,8 +6,8 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { HoldEvent } from 'txbox';
-import { applyVersioned } from 'txbox/postgres';
+import { createInbox, HoldEvent, uuidv7, type OutboxEvent } from 'txbox';
+import { applyVersioned, inboxNames, migrateInbox, PostgresInboxStore } from 'txbox/postgres';
 import { BACKENDS, openDb, type TestDb } from '../helpers/databases.ts';
 
 for (const kind of BACKENDS) {
@@ -53,6 +53,19 @@ for (const kind of BACKENDS) {
       assert.deepEqual(await apply('r', 2, 3), { status: 'stale', stored: 2 });
       assert.deepEqual(await apply('r', 5, 5), { status: 'gap', stored: 2, missing: [3, 4] });
       assert.deepEqual(await row('r'), { quantity: 5, version: '5' });
+    });
+
+    it('an event whose version is 0, fractional or missing is dead at once through the inbox, naming the version; other events flow', async () => {
+      await migrateInbox(db.connection, inboxNames({ schema: db.schema }));
+      const inbox = createInbox({ store: new PostgresInboxStore({ connection: db.connection, schema: db.schema }), consumer: 'bad-versions', autoStart: false });
+      inbox.on('QuantitySet', async (e, tx) => {
+        await applyVersioned(tx, { table, id: { id: e.aggregateId }, version: e.version!, values: { quantity: 1 } });
+      });
+      const ev = (id: string, version: number | null): OutboxEvent => ({ id: uuidv7(), type: 'QuantitySet', aggregateType: 'V', aggregateId: id, key: `V:${id}`, destination: 'v', payload: {}, headers: {}, occurredAt: new Date(), version });
+      const outcomes = await Promise.all([ev('b0', 0), ev('b1', 1.5), ev('b2', null), ev('ok', 1)].map((e) => inbox.process(e)));
+      assert.deepEqual(outcomes.map((o) => o.status), ['dead', 'dead', 'dead', 'processed']);
+      for (const o of outcomes.slice(0, 3)) assert.match((o as { error: string }).error, /^version: must be/);
+      assert.deepEqual((outcomes[0] as { attempts: number }).attempts, 1);
     });
   });
 }

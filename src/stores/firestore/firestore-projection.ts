@@ -1,6 +1,6 @@
 import type { DocumentReference, Transaction } from '@google-cloud/firestore';
 import { HoldEvent } from '../../inbox/inbox.ts';
-import { ConfigError } from '../../core/errors.ts';
+import { ConfigError, InvalidEventError } from '../../core/errors.ts';
 import type { VersionedResult } from '../postgres/postgres-projection.ts';
 
 export type { VersionedResult } from '../postgres/postgres-projection.ts';
@@ -40,7 +40,7 @@ export interface FirestoreVersionedWrite {
  * });
  */
 export async function applyVersioned(tx: Transaction, u: FirestoreVersionedWrite): Promise<VersionedResult> {
-  if (!Number.isSafeInteger(u.version) || u.version < 1) throw new ConfigError('version', `must be a positive integer, got ${String(u.version)}`);
+  if (!Number.isSafeInteger(u.version) || u.version < 1) throw new InvalidEventError('version', `must be a positive integer (versions count from 1 per aggregate), got ${String(u.version)}`);
   const doc = u.document as DocumentReference | undefined;
   if (!doc || typeof doc.path !== 'string' || typeof doc.collection !== 'function') {
     throw new ConfigError('document', 'must be a Firestore DocumentReference, e.g. firestore.collection("stock_view").doc(event.aggregateId)');

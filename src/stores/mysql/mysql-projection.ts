@@ -1,5 +1,5 @@
 import { HoldEvent } from '../../inbox/inbox.ts';
-import { ConfigError } from '../../core/errors.ts';
+import { ConfigError, InvalidEventError } from '../../core/errors.ts';
 import { checkIdentifier } from '../../core/identifiers.ts';
 import { mysqlErrno } from '../../core/store-errors.ts';
 import type { VersionedResult } from '../postgres/postgres-projection.ts';
@@ -58,7 +58,7 @@ function sqlValue(v: unknown): unknown {
  * });
  */
 export async function applyVersioned(tx: MysqlExecutor, u: MysqlVersionedUpsert): Promise<VersionedResult> {
-  if (!Number.isSafeInteger(u.version) || u.version < 1) throw new ConfigError('version', `must be a positive integer, got ${String(u.version)}`);
+  if (!Number.isSafeInteger(u.version) || u.version < 1) throw new InvalidEventError('version', `must be a positive integer (versions count from 1 per aggregate), got ${String(u.version)}`);
   const table = ident('table', u.table);
   const vcol = tick(checkIdentifier('versionColumn', u.versionColumn ?? 'version', 64));
   const idCols = Object.keys(u.id);

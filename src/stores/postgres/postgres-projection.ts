@@ -1,5 +1,5 @@
 import { HoldEvent } from '../../inbox/inbox.ts';
-import { ConfigError } from '../../core/errors.ts';
+import { ConfigError, InvalidEventError } from '../../core/errors.ts';
 import { checkIdentifier, quoteIdent } from '../../core/identifiers.ts';
 import type { SqlExecutor } from '../../core/ports.ts';
 import { queryPrepared } from './prepared.ts';
@@ -62,7 +62,7 @@ const ident = (field: string, name: string): string => {
  * });
  */
 export async function applyVersioned(tx: SqlExecutor, u: VersionedUpsert): Promise<VersionedResult> {
-  if (!Number.isSafeInteger(u.version) || u.version < 1) throw new ConfigError('version', `must be a positive integer, got ${String(u.version)}`);
+  if (!Number.isSafeInteger(u.version) || u.version < 1) throw new InvalidEventError('version', `must be a positive integer (versions count from 1 per aggregate), got ${String(u.version)}`);
   const table = ident('table', u.table);
   const vcol = quoteIdent(checkIdentifier('versionColumn', u.versionColumn ?? 'version'));
   const idCols = Object.keys(u.id);
