@@ -13,7 +13,8 @@ export type TxboxErrorCode =
   | 'TXBOX_SCHEMA'
   | 'TXBOX_ABORTED'
   | 'TXBOX_NOT_IN_TRANSACTION'
-  | 'TXBOX_ROLLED_BACK';
+  | 'TXBOX_ROLLED_BACK'
+  | 'TXBOX_HANDLER_TIMEOUT';
 import { thrownText } from './error-text.ts';
 
 export class TxboxError extends Error {
@@ -127,6 +128,31 @@ export class TransactionRolledBackError extends TxboxError {
   ) {
     super('TXBOX_ROLLED_BACK', message);
   }
+}
+
+/**
+ * An inbox handler did not finish within `handlerTimeoutMs`: its attempt
+ * failed, and its transaction was abandoned with its connection discarded
+ * (the handler, still running, can no longer write through it).
+ */
+export class HandlerTimeoutError extends TxboxError {
+  readonly timeoutMs: number;
+  constructor(timeoutMs: number) {
+    super('TXBOX_HANDLER_TIMEOUT', `the handler did not finish within ${timeoutMs} ms (handlerTimeoutMs): its transaction was rolled back and its connection discarded`);
+    this.timeoutMs = timeoutMs;
+  }
+}
+
+/**
+ * True when a transaction's callback failed because code still running may
+ * use its connection (an abandoned inbox handler, possibly wrapped as a
+ * batch error's cause): the connection must be destroyed, not pooled again.
+ */
+export function abandonsConnection(err: unknown): boolean {
+  for (let e = err, depth = 0; e instanceof Error && depth < 3; e = e.cause, depth++) {
+    if (e instanceof HandlerTimeoutError) return true;
+  }
+  return false;
 }
 
 export class AbortedError extends TxboxError {

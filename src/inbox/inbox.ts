@@ -1,6 +1,6 @@
 import { TypedEmitter, keyHash } from '../core/emitter.ts';
 import { withoutPayloadText, type OutboxEvent } from '../core/envelope.ts';
-import { ConfigError, InvalidEventError, TxboxError } from '../core/errors.ts';
+import { ConfigError, HandlerTimeoutError, InvalidEventError, TxboxError } from '../core/errors.ts';
 import type { EventDefinition } from '../core/events.ts';
 import { canonicalEventId, inboundEventProblem, storableText } from '../core/inbound-event.ts';
 import { InboxBatchError, type InboxOutcome, type InboxStore, type RunBatchOptions } from '../core/inbox-ports.ts';
@@ -92,6 +92,16 @@ export interface InboxOptions<Tx = SqlExecutor> {
    * failure never affects another event. `maxSize: 1` turns it off. Default: `{ maxSize: 64, concurrency: 2 }`.
    */
   readonly batch?: { readonly maxSize?: number; readonly concurrency?: number };
+  /**
+   * How long a handler may run, in ms. One that has not finished by then
+   * fails its attempt with `HandlerTimeoutError` (`retry`, then `dead` at
+   * `maxAttempts`); its transaction is rolled back and its connection
+   * discarded, so the handler, if it ever goes on, cannot write through it.
+   * The other events of its group-commit batch run again without it. A
+   * handler that never returns would otherwise keep its transaction open and
+   * every event in that batch waiting. `0` turns it off. Default: 60000.
+   */
+  readonly handlerTimeoutMs?: number;
 }
 
 interface Pending {
@@ -148,6 +158,7 @@ export class Inbox<Tx = SqlExecutor> {
   #autoStart: boolean;
   readonly #batchMax: number;
   readonly #batchConcurrency: number;
+  readonly #handlerTimeoutMs: number;
   /** Waiting for a batch: each entry one process() call, or one key's events from processInOrder (never split). */
   readonly #queue: Pending[][] = [];
   #queued = 0;
@@ -180,6 +191,9 @@ export class Inbox<Tx = SqlExecutor> {
     this.#batchConcurrency = batch.concurrency ?? 2;
     if (!Number.isSafeInteger(this.#batchMax) || this.#batchMax < 1) throw new ConfigError('batch.maxSize', 'must be a positive integer');
     if (!Number.isSafeInteger(this.#batchConcurrency) || this.#batchConcurrency < 1) throw new ConfigError('batch.concurrency', 'must be a positive integer');
+    const timeout = options.handlerTimeoutMs ?? 60_000;
+    if (!Number.isSafeInteger(timeout) || timeout < 0) throw new ConfigError('handlerTimeoutMs', 'must be an integer >= 0 (milliseconds; 0 turns the timeout off), e.g. 60000');
+    this.#handlerTimeoutMs = timeout;
     const metrics = options.metrics;
     if (metrics !== undefined && metrics !== false && !isMetrics(metrics)) {
       throw new ConfigError('metrics', 'must be metrics such as prometheusMetrics({ registry }) from txbox/prometheus or otelMetrics(), or false to turn metrics off');
@@ -346,7 +360,7 @@ export class Inbox<Tx = SqlExecutor> {
           prepared.map((p) => p.item.event),
           (tx, e) => {
             const p = byReceived.get(e)!;
-            return Promise.resolve(runTraced(p.item.trace, () => p.handler(p.typed, tx)));
+            return this.#runHandler(p.item.trace, () => p.handler(p.typed, tx));
           },
           options,
         );
@@ -451,6 +465,35 @@ export class Inbox<Tx = SqlExecutor> {
     }
   }
 
+  /**
+   * Runs a handler in its span, failing with HandlerTimeoutError when it has not finished within
+   * handlerTimeoutMs (the store then abandons the transaction and discards its connection). What
+   * the handler does after that is ignored, a rejection included.
+   */
+  #runHandler(trace: ConsumerTrace | undefined, handler: () => Promise<void> | void): Promise<void> {
+    let running: Promise<void>;
+    try {
+      running = Promise.resolve(runTraced(trace, handler));
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const ms = this.#handlerTimeoutMs;
+    if (ms === 0) return running;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new HandlerTimeoutError(ms)), ms);
+      running.then(
+        () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        (err: unknown) => {
+          clearTimeout(timer);
+          reject(err);
+        },
+      );
+    });
+  }
+
   async #validate(entry: { definition?: EventDefinition<string, any, any> }, event: OutboxEvent): Promise<OutboxEvent> {
     if (!entry.definition?.schema) return event;
     let result = entry.definition.schema['~standard'].validate(event.payload);
@@ -478,7 +521,7 @@ export class Inbox<Tx = SqlExecutor> {
         const reasons: string[] = [];
         const options = holding ? { holdReason: holdReasonsInto(reasons) } : undefined;
         // The event as received to the store (a held row keeps it so), the schema's output to the handler.
-        const { ran, heldKeys, held } = await this.#store.runBatch(this.consumer, [event], (tx) => Promise.resolve(runTraced(trace, () => entry.handler(typed, tx))), options);
+        const { ran, heldKeys, held } = await this.#store.runBatch(this.consumer, [event], (tx) => this.#runHandler(trace, () => entry.handler(typed, tx)), options);
         if (held?.[0]) {
           this.#refusals.delete(event.id);
           this.events.fire('held', { id: event.id, type: event.type, keyHash: keyHash(event.key), reason: reasons[0] ?? '' });

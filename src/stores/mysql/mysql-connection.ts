@@ -1,5 +1,5 @@
 import type { Pool, PoolConnection, PoolOptions } from 'mysql2/promise';
-import { ConfigError, TransactionRolledBackError } from '../../core/errors.ts';
+import { abandonsConnection, ConfigError, TransactionRolledBackError } from '../../core/errors.ts';
 
 /**
  * The caller's transaction on MySQL or MariaDB: a `mysql2/promise`
@@ -54,6 +54,7 @@ export async function mysqlConnection(options: MysqlConnectionOptions): Promise<
     },
     async transaction(fn) {
       const conn = await p.getConnection();
+      let discard = false;
       try {
         await conn.beginTransaction();
         const guarded = guardRollback(conn);
@@ -62,10 +63,14 @@ export async function mysqlConnection(options: MysqlConnectionOptions): Promise<
         await conn.commit();
         return out;
       } catch (err) {
-        await conn.rollback().catch(() => {});
+        // Code still running may use this connection (an abandoned handler): destroyed, never pooled
+        // again; the server rolls the transaction back when the connection closes.
+        discard = abandonsConnection(err);
+        if (!discard) await conn.rollback().catch(() => {});
         throw err;
       } finally {
-        conn.release();
+        if (discard) conn.destroy();
+        else conn.release();
       }
     },
     async withConnection(fn) {

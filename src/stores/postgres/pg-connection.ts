@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { ConfigError, TransactionRolledBackError } from '../../core/errors.ts';
+import { abandonsConnection, ConfigError, TransactionRolledBackError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import { silentLogger } from '../../core/logger.ts';
 import type { PostgresConnection } from './postgres-connection.ts';
@@ -72,6 +72,7 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
     },
     async transaction(fn) {
       const client = await pool.connect();
+      let discard: Error | undefined;
       try {
         await client.query('BEGIN');
         const result = await fn(client);
@@ -81,10 +82,13 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
         if (commit.command === 'ROLLBACK') throw new TransactionRolledBackError();
         return result;
       } catch (err) {
-        await client.query('ROLLBACK').catch(() => {});
+        // Code still running may use this client (an abandoned handler): destroyed, never pooled
+        // again; the server rolls the transaction back when the connection closes.
+        if (abandonsConnection(err)) discard = err as Error;
+        else await client.query('ROLLBACK').catch(() => {});
         throw err;
       } finally {
-        client.release();
+        client.release(discard);
       }
     },
     replicationConfig: () => ({ ...pool.options }),
