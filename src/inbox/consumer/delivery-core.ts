@@ -338,8 +338,9 @@ export class DeliveryCore<M> {
     }
   }
 
+  /** Acks a message still held; one released meanwhile (releaseAll at a stop's deadline) is the broker's again. */
   async #ack(message: M): Promise<void> {
-    this.#forget(message);
+    if (!this.#forget(message)) return;
     await this.#o.port.ack(message);
   }
 
@@ -350,6 +351,7 @@ export class DeliveryCore<M> {
   }
 
   async #deadLetter(message: M, event: OutboxEvent | null, reason: string, attempts: number | null): Promise<boolean> {
+    if (!this.#held.has(message)) return false; // released meanwhile: redelivered, and dead-lettered then if it still fails
     const done = await this.#o.port.deadLetter(message, reason, event, attempts);
     if (!done) {
       this.#release(message, event);
