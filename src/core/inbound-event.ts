@@ -34,9 +34,20 @@ export function quoteId(id: unknown): string {
   return text.replace(/[\u0000-\u001f\u007f]/g, '?');
 }
 
-/** Where in `value` a string (or an object key) holds U+0000, as a JSON path; null when none does. */
+/** A surrogate escaped in JSON text (`\ud83d`); paired ones too, so the walk then decides. */
+const SURROGATE_ESCAPE = /\\u[dD][89abcdefABCDEF]/;
+
+/** A UTF-16 surrogate without its pair (a string cut inside an emoji): JSON text carries it as `\udXXX`, which jsonb refuses. */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+/** Text jsonb cannot hold: NUL, or a lone surrogate. */
+function unstorable(text: string): boolean {
+  return text.includes('\u0000') || LONE_SURROGATE.test(text);
+}
+
+/** Where in `value` a string (or an object key) holds U+0000 or a lone surrogate, as a JSON path; null when none does. */
 function nulPath(value: unknown, path: string, depth: number): string | null {
-  if (typeof value === 'string') return value.includes('\u0000') ? path : null;
+  if (typeof value === 'string') return unstorable(value) ? path : null;
   if (value === null || typeof value !== 'object' || depth > 200) return null;
   if (Array.isArray(value)) {
     for (let i = 0; i < value.length; i++) {
@@ -47,7 +58,7 @@ function nulPath(value: unknown, path: string, depth: number): string | null {
   }
   if (value instanceof Date) return null;
   for (const [k, v] of Object.entries(value)) {
-    if (k.includes('\u0000')) return `${path} (an object key)`;
+    if (unstorable(k)) return `${path} (an object key)`;
     const found = nulPath(v, `${path}.${k.replace(/[^\w$-]/g, '?')}`, depth + 1);
     if (found) return found;
   }
@@ -76,21 +87,25 @@ export function inboundEventProblem(event: OutboxEvent, payloadText?: string): s
     const value: unknown = event[field];
     if (typeof value !== 'string') return `${field}: must be a string (event ${quoteId(event.id)})`;
     if (value.includes('\u0000')) return `${field}: contains a NUL character (U+0000), which PostgreSQL text cannot hold (event ${quoteId(event.id)})`;
+    if (LONE_SURROGATE.test(value)) return `${field}: contains a lone UTF-16 surrogate (half of a character), which the inbox's JSON cannot hold (event ${quoteId(event.id)})`;
   }
   if (event.type === '') return `type: is empty (event ${quoteId(event.id)})`;
   for (const [name, value] of Object.entries(event.headers ?? {})) {
     if (name.includes('\u0000') || (typeof value === 'string' && value.includes('\u0000'))) {
       return `headers: a header contains a NUL character (U+0000), which PostgreSQL jsonb cannot hold (event ${quoteId(event.id)})`;
     }
+    if (LONE_SURROGATE.test(name) || (typeof value === 'string' && LONE_SURROGATE.test(value))) {
+      return `headers: a header contains a lone UTF-16 surrogate (half of a character), which PostgreSQL jsonb cannot hold (event ${quoteId(event.id)})`;
+    }
   }
   if (event.version !== null && event.version !== undefined && !Number.isSafeInteger(event.version)) {
     return `version: must be null or an integer (event ${quoteId(event.id)})`;
   }
   if (!(event.occurredAt instanceof Date) || Number.isNaN(event.occurredAt.getTime())) return `occurredAt: is not a valid date (event ${quoteId(event.id)})`;
-  // Text read from a store or a broker: walk the parsed payload only when an escaped NUL may be in it.
   const text = event.payloadJson ?? payloadText;
-  const inPayload = text !== undefined && !text.includes('u0000') && !text.includes('\u0000') ? null : nulPath(event.payload, 'payload', 0);
-  if (inPayload) return `${inPayload}: contains "\\u0000" (U+0000), which PostgreSQL jsonb cannot hold (event ${quoteId(event.id)})`;
+  // Text read from a store or a broker: walk the parsed payload only when an escaped NUL or surrogate may be in it.
+  const inPayload = text !== undefined && !text.includes('u0000') && !text.includes('\u0000') && !SURROGATE_ESCAPE.test(text) ? null : nulPath(event.payload, 'payload', 0);
+  if (inPayload) return `${inPayload}: contains "\\u0000" (U+0000) or a lone UTF-16 surrogate, which PostgreSQL jsonb cannot hold (event ${quoteId(event.id)})`;
   return null;
 }
 

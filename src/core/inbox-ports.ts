@@ -14,7 +14,13 @@ export type InboxOutcome =
   /** The handler failed; redeliver after `delayMs` (nak with delay). */
   | { readonly status: 'retry'; readonly delayMs: number; readonly attempts: number; readonly error: string }
   /** The handler failed `maxAttempts` times: kept in the inbox as dead; ack it (and dead-letter it on the broker). */
-  | { readonly status: 'dead'; readonly attempts: number; readonly error: string };
+  | {
+      readonly status: 'dead';
+      readonly attempts: number;
+      readonly error: string;
+      /** True when the store refused the event itself, so no inbox row keeps it: a consumer must not ack it silently (dead-letter it, or refuse it). */
+      readonly unrecorded?: boolean;
+    };
 
 /** The consumer-side table. `Tx`: the transaction type the handlers write through (as `OutboxStore`'s). */
 export interface InboxStore<Tx = SqlExecutor> {

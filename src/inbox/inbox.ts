@@ -164,6 +164,8 @@ export class Inbox<Tx = SqlExecutor> {
   #queued = 0;
   #scheduled = false;
   #flushing = 0;
+  /** process() calls in progress by event id (a second delivery of one waits for it). */
+  readonly #running = new Map<string, Promise<InboxOutcome>>();
   /** Deterministic store refusals per event id (see #refused). */
   readonly #refusals = new Map<string, number>();
 
@@ -228,9 +230,18 @@ export class Inbox<Tx = SqlExecutor> {
     const admitted = this.#admit(received);
     if ('outcome' in admitted) return Promise.resolve(admitted.outcome);
     const event = admitted.event;
+    // A second delivery of an event still running here (a sender's retry after its timeout, a
+    // broker's redelivery) waits for the first instead of taking a batch's place to wait on its row.
+    const running = this.#running.get(event.id);
+    if (running) return running.then(asLaterDelivery);
     const trace = startInboxTrace(event, this.consumer);
-    if (this.#batchMax <= 1) return settleInboxTrace(trace, this.#processAlone(event, trace));
-    return settleInboxTrace(trace, this.#enqueue(event, trace));
+    const outcome = settleInboxTrace(trace, this.#batchMax <= 1 ? this.#processAlone(event, trace) : this.#enqueue(event, trace));
+    this.#running.set(event.id, outcome);
+    const done = (): void => {
+      if (this.#running.get(event.id) === outcome) this.#running.delete(event.id);
+    };
+    outcome.then(done, done);
+    return outcome;
   }
 
   /**
@@ -600,7 +611,7 @@ export class Inbox<Tx = SqlExecutor> {
       const error = `the inbox store refused ${doing}: ${storeErrorText(err)}`;
       this.events.fire('failed', { id: event.id, type: event.type, attempts, dead, error });
       this.#logger.warn({ consumer: this.consumer, id: event.id, type: event.type, attempts, dead, err: error }, 'txbox inbox: the store refused the event');
-      return dead ? { status: 'dead', attempts, error } : { status: 'retry', attempts, error, delayMs: retryDelay(this.#retry, attempts) };
+      return dead ? { status: 'dead', attempts, error, unrecorded: true } : { status: 'retry', attempts, error, delayMs: retryDelay(this.#retry, attempts) };
     }
   }
 
@@ -702,6 +713,11 @@ export class Inbox<Tx = SqlExecutor> {
 }
 
 class InvalidPayload extends Error {}
+
+/** What a delivery that came while the same event ran here gets: what it would have got after it. */
+function asLaterDelivery(first: InboxOutcome): InboxOutcome {
+  return first.status === 'processed' || (first.status === 'dead' && !first.unrecorded) ? { status: 'duplicate' } : first;
+}
 
 /** Creates an inbox. See `Inbox`. The handlers' `tx` type is inferred from the store. */
 export function createInbox<Tx = SqlExecutor>(options: InboxOptions<Tx>): Inbox<Tx> {

@@ -185,7 +185,7 @@ describe('HttpTransport', () => {
     assert.match(error.message, /HTTP 401/);
   });
 
-  it('classifies 5xx, 408 and 429 as retriable and honours Retry-After', async () => {
+  it('classifies 5xx (but 503), 408 and 429 as retriable and honours Retry-After; 503 is destination-down', async () => {
     const retryAt = new Date(Date.now() + 30_000).toUTCString();
     const statuses: Record<string, [number, Record<string, string>]> = {
       a: [500, {}],
@@ -203,7 +203,8 @@ describe('HttpTransport', () => {
     cleanups.push(() => srv.close(), () => multi.close());
     const outcomes = await multi.publish(Object.keys(statuses).map((destination) => event({ destination })), never);
     const errors = outcomes.map(failure);
-    for (const error of errors) assert.equal(error.kind, 'retriable', error.message);
+    errors.forEach((error, i) => assert.equal(error.kind, i === 1 ? 'destination-down' : 'retriable', error.message));
+    assert.match(errors[1]!.message, /HTTP 503 Service Unavailable .*destination down: the receiver is unavailable/);
     assert.match(errors[0]!.message, /^HTTP 500 Internal Server Error from POST http:\/\/127\.0\.0\.1:\d+\/a: busy$/);
     assert.equal(errors[0]!.retryAfterMs, undefined);
     assert.equal(errors[1]!.retryAfterMs, 7000);
@@ -383,7 +384,7 @@ describe('HttpTransport', () => {
   it('keeps outcome order for 200 concurrent events with mixed answers and delays', async () => {
     const { server, transport } = await setup((_req, res, body) => {
       const { payload } = JSON.parse(body.toString()) as { payload: { i: number } };
-      const status = payload.i % 5 === 0 ? 503 : payload.i % 7 === 0 ? 400 : 200;
+      const status = payload.i % 5 === 0 ? 502 : payload.i % 7 === 0 ? 400 : 200;
       setTimeout(() => res.writeHead(status).end(), Math.floor(Math.random() * 30));
     });
     const events = Array.from({ length: 200 }, (_, i) => event({ payload: { i } }));

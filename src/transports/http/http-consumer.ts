@@ -1,7 +1,14 @@
 import type { InboxProcessor } from '../../core/inbox-ports.ts';
 import type { InboxQueue } from '../../inbox/inbox-worker.ts';
 import { ConfigError } from '../../core/errors.ts';
-import { createWebhookReceiver, type WebhookReceiver, type WebhookReceiverOptions } from './http-receiver.ts';
+import { createWebhookReceiver, WebhookRefusedError, WebhookUnavailableError, type WebhookReceiver, type WebhookReceiverOptions } from './http-receiver.ts';
+import { thrownText } from '../../core/error-text.ts';
+
+function unavailableOnRejection<T>(call: Promise<T>): Promise<T> {
+  return call.catch((err: unknown) => {
+    throw new WebhookUnavailableError(`the inbox store failed: ${thrownText(err)}`);
+  });
+}
 
 export interface WebhookConsumerOptions extends Omit<WebhookReceiverOptions, 'onEvent'> {
   /** Runs handlers at once: the answer is 2xx only after the handler's transaction committed. Give this or `queue`. */
@@ -15,7 +22,9 @@ export interface WebhookConsumerOptions extends Omit<WebhookReceiverOptions, 'on
  * Webhooks signature (401 otherwise; malformed bodies get 400 and never
  * reach the inbox) and answers 2xx only after the inbox committed. A handler
  * failure answers 500, so the sender retries; a redelivered id is answered
- * 204 without running the handler again.
+ * 204 without running the handler again. The inbox store failing (an outage)
+ * answers 503 (the sender pauses, counting no attempt); an event the store
+ * refuses and cannot record answers 422 (the sender parks it).
  *
  * @example
  * const consumer = createWebhookConsumer({ inbox, secret: process.env.WEBHOOK_SECRET }); // unset throws
@@ -28,13 +37,17 @@ export function createWebhookConsumer(options: WebhookConsumerOptions): WebhookR
     ...receiver,
     onEvent: async (event) => {
       if (queue) {
-        // The parser refused what the inbox can never hold (400); a refusal left is PostgreSQL's: 500, the sender retries and parks it.
-        const [refused] = await queue.receive([event]);
-        if (refused) throw new Error(refused.reason);
+        // The parser refused what the inbox can never hold (400); a refusal left is the store's: 422, the sender parks it.
+        const [refused] = await unavailableOnRejection(queue.receive([event]));
+        if (refused) throw new WebhookRefusedError(refused.reason);
         return;
       }
-      const outcome = await inbox!.process(event);
+      // A rejection is the inbox store failing (an outage): 503, the sender pauses the destination
+      // without counting attempts, as for a broker that is down; handler failures are outcomes.
+      const outcome = await unavailableOnRejection(inbox!.process(event));
       if (outcome.status === 'retry') throw new Error(`handler failed (attempt ${outcome.attempts}); retry`);
+      // Dead without an inbox row (the store refused the event itself): acking it would leave no trace.
+      if (outcome.status === 'dead' && outcome.unrecorded) throw new WebhookRefusedError(outcome.error);
     },
   });
 }

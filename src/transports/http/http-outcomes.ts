@@ -12,11 +12,12 @@ export const ACK: PublishOutcome = Object.freeze({ ok: true });
 
 /**
  * Statuses that say the endpoint as a whole is unusable, not this event: a
- * wrong or rotated credential (401, 403) or a wrong URL (404). The relay
+ * wrong or rotated credential (401, 403), a wrong URL (404), or a receiver that
+ * says it is unavailable (503: its database is down). The relay
  * pauses the destination (circuit breaker) instead of parking every key.
  */
 export function isDestinationDownStatus(status: number): boolean {
-  return status === 401 || status === 403 || status === 404;
+  return status === 401 || status === 403 || status === 404 || status === 503;
 }
 
 /** Network errors that mean nothing answers at the endpoint's address: refused, unknown host, DNS unavailable. */
@@ -93,8 +94,10 @@ export function failedResponse(r: ResponseContext): PublishOutcome {
     );
   }
   if (isDestinationDownStatus(r.status)) {
-    const fix = r.status === 404 ? `check endpoints.${r.destination}` : 'check the secret and credentials the receiver expects';
-    return fail('destination-down', `${head} (destination down: ${fix})${tail}`);
+    const fix =
+      r.status === 404 ? `check endpoints.${r.destination}` : r.status === 503 ? 'the receiver is unavailable; events wait until it answers again' : 'check the secret and credentials the receiver expects';
+    const retryAfterMs = r.status === 503 ? parseRetryAfter(single(r.headers['retry-after'])) : undefined;
+    return fail('destination-down', `${head} (destination down: ${fix})${tail}`, undefined, retryAfterMs);
   }
   if (r.status >= 400 && r.status < 500 && !isRetriableStatus(r.status)) {
     return fail('permanent', `${head}${tail}`);

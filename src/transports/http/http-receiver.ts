@@ -4,13 +4,13 @@
  * 2xx only once `onEvent` has resolved. Used by the demo and the inbox consumer.
  */
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import type { OutboxEvent } from '../../core/envelope.ts';
 import { ConfigError } from '../../core/errors.ts';
 import { silentLogger, type Logger } from '../../core/logger.ts';
 import { runTraced, startConsumerTrace } from '../../core/consumer-tracing.ts';
 import { parseEnvelope } from './http-envelope.ts';
-import { missingSecretError, verifyWebhook, webhookKey, type WebhookSecret } from './webhook-signature.ts';
+import { checkWebhookHeaders, missingSecretError, verifyWebhook, webhookKey, type WebhookSecret } from './webhook-signature.ts';
 import { thrownText } from '../../core/error-text.ts';
 
 /** What `onEvent` learns about the request besides the event. */
@@ -59,6 +59,35 @@ export interface WebhookReceiverOptions {
   readonly logger?: Logger;
 }
 
+/**
+ * Thrown by `onEvent` when the receiver cannot take any event now (its
+ * database is down): answered 503 with `Retry-After`, which HttpTransport
+ * takes for the destination being down (paused, no attempt counted, nothing
+ * parked), as it would a refused connection. The webhook consumer throws it
+ * when the inbox store fails.
+ */
+export class WebhookUnavailableError extends Error {
+  constructor(
+    message: string,
+    readonly retryAfterSeconds = 5,
+  ) {
+    super(message);
+    this.name = 'WebhookUnavailableError';
+  }
+}
+
+/**
+ * Thrown by `onEvent` for an event the receiver can never take (its store
+ * refuses it): answered 422 with the message, which HttpTransport parks at
+ * once, so the event stays visible at the sender instead of being acked.
+ */
+export class WebhookRefusedError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'WebhookRefusedError';
+  }
+}
+
 /** A receiver serving on a port; `close()` it when done. */
 export interface ListeningWebhookReceiver {
   /** `http://127.0.0.1:<port>`, without a trailing slash: append any path (the handler serves every path). */
@@ -100,13 +129,18 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
   const logger = options.logger ?? silentLogger;
   const { onEvent } = options;
 
-  const reject = (res: ServerResponse, status: number, reason: string, id: string | null): void => {
-    logger.warn({ status, reason, webhookId: id }, 'txbox webhook receiver: request rejected');
-    reply(res, status, reason);
+  const reject = (res: ServerResponse, status: number, reason: string, id: string | null, extra?: Record<string, string>): void => {
+    logger.warn({ status, reason, webhookId: id === null ? null : id.slice(0, 100) }, 'txbox webhook receiver: request rejected');
+    reply(res, status, reason, extra);
   };
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     if (req.method !== 'POST') return reply(res, 405, 'only POST is accepted', { allow: 'POST' });
+    if (secrets !== null) {
+      // Refused before the body is read: a request that cannot be valid buffers nothing.
+      const early = checkWebhookHeaders(req.headers, tolerance);
+      if (!early.ok) return reject(res, 401, early.message, typeof req.headers['webhook-id'] === 'string' ? req.headers['webhook-id'] : null, { connection: 'close' });
+    }
     const body = await readBody(req, res, maxBodyBytes);
     if (body === null) return; // answered 413, or the sender went away
     const webhookId = typeof req.headers['webhook-id'] === 'string' ? req.headers['webhook-id'] : null;
@@ -130,6 +164,14 @@ export function createWebhookReceiver(options: WebhookReceiverOptions): WebhookR
     } catch (err) {
       trace?.fail(thrownText(err));
       trace?.end();
+      if (err instanceof WebhookUnavailableError) {
+        logger.warn({ eventId: parsed.event.id, type: parsed.event.type, err: err.message }, 'txbox webhook receiver: unavailable; answered 503 so the sender pauses and retries');
+        return reply(res, 503, 'the receiver cannot take events now; retry later', { 'retry-after': String(err.retryAfterSeconds) });
+      }
+      if (err instanceof WebhookRefusedError) {
+        logger.warn({ eventId: parsed.event.id, type: parsed.event.type, err: err.message }, 'txbox webhook receiver: event refused; answered 422 so the sender parks it');
+        return reply(res, 422, err.message);
+      }
       logger.error(
         { eventId: parsed.event.id, type: parsed.event.type, err: thrownText(err) },
         'txbox webhook receiver: onEvent failed; answered 500 so the sender retries',
@@ -212,10 +254,13 @@ export async function listenWebhookReceiver(
   handler: (req: IncomingMessage, res: ServerResponse) => void,
   options: ListenOptions = {},
 ): Promise<ListeningWebhookReceiver> {
-  const server = createServer(handler);
+  const host = options.host ?? '127.0.0.1';
+  if (typeof host !== 'string' || host.trim() === '') throw new ConfigError('host', 'must be a host name or address, e.g. 127.0.0.1 (an empty one would listen on every interface)');
+  // A sender writes a whole request at once: one that takes longer is stalling (slow loris), not slow.
+  const server = createServer({ headersTimeout: 10_000, requestTimeout: 30_000 }, handler);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
+    server.listen(options.port ?? 0, host, () => {
       server.off('error', reject);
       resolve();
     });
@@ -225,10 +270,22 @@ export async function listenWebhookReceiver(
   // Answers in progress when close() is called say `connection: close`, so that close() need not wait for keep-alive timeouts.
   const answering = new Set<ServerResponse>();
   let closing: Promise<void> | null = null;
-  server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
+  // Each connection's request in progress: at close(), one whose request was never read whole (a
+  // stalled sender) has no work started and is destroyed; server.close() would wait for it for good.
+  const sockets = new Map<Socket, IncomingMessage | null>();
+  server.on('connection', (socket: Socket) => {
+    if (closing) return void socket.destroy();
+    sockets.set(socket, null);
+    socket.once('close', () => sockets.delete(socket));
+  });
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     if (closing && !res.headersSent) res.setHeader('connection', 'close');
     answering.add(res);
+    sockets.set(req.socket, req);
     res.once('close', () => answering.delete(res));
+    res.once('finish', () => {
+      if (sockets.get(req.socket) === req) sockets.set(req.socket, null);
+    });
   });
   return {
     url: `http://${hostPart}:${address.port}`,
@@ -239,6 +296,7 @@ export async function listenWebhookReceiver(
         server.close((err) => (err ? reject(err) : resolve()));
         server.closeIdleConnections();
         for (const res of answering) if (!res.headersSent) res.setHeader('connection', 'close');
+        for (const [socket, req] of sockets) if (req === null || !req.complete) socket.destroy();
       });
       return closing;
     },

@@ -23,6 +23,8 @@ export {
 export {
   createWebhookReceiver,
   listenWebhookReceiver,
+  WebhookRefusedError,
+  WebhookUnavailableError,
   type ListenOptions,
   type ListeningWebhookReceiver,
   type WebhookContext,
@@ -32,6 +34,7 @@ export {
 export { parseEnvelope, type ParsedEnvelope } from './http-envelope.ts';
 export {
   MIN_WEBHOOK_SECRET_BYTES,
+  checkWebhookHeaders,
   generateWebhookSecret,
   signWebhook,
   verifyWebhook,

@@ -131,22 +131,9 @@ export type WebhookVerification =
  * if (!result.ok) return res.writeHead(401).end(result.message);
  */
 export function verifyWebhook(options: VerifyWebhookOptions): WebhookVerification {
-  const id = single(options.headers['webhook-id']);
-  const ts = single(options.headers['webhook-timestamp']);
-  const signatures = single(options.headers['webhook-signature']);
-  if (!id || !ts || !signatures) {
-    return { ok: false, reason: 'missing-headers', message: 'missing webhook-id, webhook-timestamp or webhook-signature header' };
-  }
-  if (!/^\d{1,12}$/.test(ts)) return { ok: false, reason: 'invalid-timestamp', message: 'webhook-timestamp is not Unix seconds' };
-  const timestamp = Number(ts);
-  const now = options.nowSeconds ?? Math.floor(Date.now() / 1000);
-  const tolerance = options.toleranceSeconds ?? 300;
-  // NaN (Number(process.env.UNSET)) would compare false below and skip the check: captured requests replayable for ever.
-  if (!Number.isFinite(tolerance) || tolerance < 0) throw new ConfigError('toleranceSeconds', `must be a number of seconds >= 0, got ${String(tolerance)}`);
-  if (!Number.isFinite(now)) throw new ConfigError('nowSeconds', `must be Unix seconds, got ${String(now)}`);
-  if (!(Math.abs(now - timestamp) <= tolerance)) {
-    return { ok: false, reason: 'stale-timestamp', message: `webhook-timestamp is more than ${tolerance} s away from the receiver's clock` };
-  }
+  const h = checkWebhookHeaders(options.headers, options.toleranceSeconds, options.nowSeconds);
+  if (!h.ok) return h;
+  const { id, ts, timestamp, signatures } = h;
   const secrets = Array.isArray(options.secret) ? (options.secret as readonly WebhookSecret[]) : [options.secret as WebhookSecret];
   const expected = secrets.map((s) => digest(webhookKey(s), id, ts, options.body));
   for (const candidate of signatures.split(' ')) {
@@ -157,6 +144,35 @@ export function verifyWebhook(options: VerifyWebhookOptions): WebhookVerificatio
     if (expected.some((e) => timingSafeEqual(e, given))) return { ok: true, id, timestamp };
   }
   return { ok: false, reason: 'invalid-signature', message: 'no valid v1 signature in webhook-signature' };
+}
+
+/**
+ * The checks of `verifyWebhook` that need no body: the three headers present
+ * and the timestamp within the tolerance. A receiver runs them before it
+ * reads a body, so that requests that cannot be valid are refused without
+ * buffering anything.
+ */
+export function checkWebhookHeaders(
+  headers: VerifyWebhookOptions['headers'],
+  toleranceSeconds = 300,
+  nowSeconds?: number,
+): Exclude<WebhookVerification, { ok: true }> | { ok: true; id: string; ts: string; timestamp: number; signatures: string } {
+  const id = single(headers['webhook-id']);
+  const ts = single(headers['webhook-timestamp']);
+  const signatures = single(headers['webhook-signature']);
+  if (!id || !ts || !signatures) {
+    return { ok: false, reason: 'missing-headers', message: 'missing webhook-id, webhook-timestamp or webhook-signature header' };
+  }
+  if (!/^\d{1,12}$/.test(ts)) return { ok: false, reason: 'invalid-timestamp', message: 'webhook-timestamp is not Unix seconds' };
+  const timestamp = Number(ts);
+  const now = nowSeconds ?? Math.floor(Date.now() / 1000);
+  // NaN (Number(process.env.UNSET)) would compare false below and skip the check: captured requests replayable for ever.
+  if (!Number.isFinite(toleranceSeconds) || toleranceSeconds < 0) throw new ConfigError('toleranceSeconds', `must be a number of seconds >= 0, got ${String(toleranceSeconds)}`);
+  if (!Number.isFinite(now)) throw new ConfigError('nowSeconds', `must be Unix seconds, got ${String(now)}`);
+  if (!(Math.abs(now - timestamp) <= toleranceSeconds)) {
+    return { ok: false, reason: 'stale-timestamp', message: `webhook-timestamp is more than ${toleranceSeconds} s away from the receiver's clock` };
+  }
+  return { ok: true, id, ts, timestamp, signatures };
 }
 
 function single(value: string | readonly string[] | undefined): string | undefined {
