@@ -11,38 +11,17 @@
 import { it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createInbox, uuidv7, type OutboxEvent } from '../../src/index.ts';
-import { InboxBatchError } from '../../src/core/inbox-ports.ts';
 import { ConsumerCore } from '../../src/inbox/consumer/consumer-core.ts';
 import { DeliveryCore } from '../../src/inbox/consumer/delivery-core.ts';
 import { silentLogger } from '../../src/core/logger.ts';
+import { memoryInboxStore } from '../helpers/memory-inbox-store.ts';
 
 function event(key: string, poison: boolean): OutboxEvent {
   return { id: uuidv7(), type: 'Noted', aggregateType: 'Note', aggregateId: key, key, destination: 'notes', payload: { poison }, headers: {}, occurredAt: new Date(), version: null };
 }
 
 it('a message released by releaseAll() is neither acked nor dead-lettered when its inbox call ends', async () => {
-  const store = {
-    async runBatch(_consumer: string, events: readonly OutboxEvent[], handler: (tx: unknown, e: OutboxEvent) => Promise<void>) {
-      for (let i = 0; i < events.length; i++) {
-        try {
-          await handler({}, events[i]!);
-        } catch (err) {
-          throw new InboxBatchError(i, err);
-        }
-      }
-      return { ran: events.map(() => true), heldKeys: [] };
-    },
-    async recordFailure() {
-      return { attempts: 1, dead: true };
-    },
-    async recheckHeld() {
-      return [];
-    },
-    async hold() {},
-    async redrivable() {
-      return [];
-    },
-  };
+  const store = memoryInboxStore({ recordFailure: async () => ({ attempts: 1, dead: true }) });
   const inbox = createInbox({ store: store as never, consumer: 'c', autoStart: false, batch: { maxSize: 1 } });
   inbox.on('Noted', async (e) => {
     await new Promise((r) => setTimeout(r, 200)); // a slow handler, still running at the stop's deadline

@@ -9,10 +9,10 @@
 import { it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createInbox, uuidv7, type OutboxEvent } from '../../src/index.ts';
-import { InboxBatchError } from '../../src/core/inbox-ports.ts';
 import { ConsumerCore } from '../../src/inbox/consumer/consumer-core.ts';
 import { DeliveryCore } from '../../src/inbox/consumer/delivery-core.ts';
 import { silentLogger } from '../../src/core/logger.ts';
+import { memoryInboxStore } from '../helpers/memory-inbox-store.ts';
 
 function event(version: number, quantity: number): OutboxEvent {
   return { id: uuidv7(), type: 'StockChanged', aggregateType: 'Sku', aggregateId: 'a', key: 'Sku:a', destination: 'stock', payload: { quantity }, headers: {}, occurredAt: new Date(), version };
@@ -21,32 +21,17 @@ function event(version: number, quantity: number): OutboxEvent {
 it("a key run's later outcomes that reject while the first is dead-lettered are not unhandled", async () => {
   const refused = (): Error => Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' });
   let down = false;
-  const store = {
-    async runBatch(_consumer: string, events: readonly OutboxEvent[], handler: (tx: unknown, e: OutboxEvent) => Promise<void>) {
+  const store = memoryInboxStore({
+    before: async () => {
       await new Promise((r) => setTimeout(r, 5));
       if (down) throw refused();
-      for (let i = 0; i < events.length; i++) {
-        try {
-          await handler({}, events[i]!);
-        } catch (err) {
-          throw new InboxBatchError(i, err);
-        }
-      }
-      return { ran: events.map(() => true), heldKeys: [] };
     },
     async recordFailure() {
       if (down) throw refused();
       setTimeout(() => (down = true), 0); // its last attempt; the database goes down right after
       return { attempts: 12, dead: true };
     },
-    async recheckHeld() {
-      return [];
-    },
-    async hold() {},
-    async redrivable() {
-      return [];
-    },
-  };
+  });
   const unhandled: unknown[] = [];
   const onUnhandled = (reason: unknown): void => void unhandled.push(reason);
   process.on('unhandledRejection', onUnhandled);
