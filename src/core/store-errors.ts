@@ -10,6 +10,7 @@
 /** SQLSTATE classes that depend on the data sent, not on the server's state: data exception (22), integrity constraint violation (23). */
 const DETERMINISTIC_CLASSES = new Set(['22', '23']);
 import { thrownText } from './error-text.ts';
+import { brokerOutage } from './broker-outage.ts';
 /** Single codes of other classes that are deterministic too: program limit exceeded (54000: e.g. a value too large), statement too complex (54001). */
 const DETERMINISTIC_CODES = new Set(['54000', '54001']);
 
@@ -88,4 +89,29 @@ export function storeErrorText(err: unknown, max = 500): string {
   const message = errno === 0 ? raw : scrubMysqlMessage(raw);
   const text = `${errno !== 0 ? `MySQL error ${errno}: ` : code ? `SQLSTATE ${code}: ` : ''}${message}`.replace(/\u0000/g, '\ufffd');
   return text.length > max ? `${text.slice(0, max - 3)}...` : text;
+}
+
+/** SQLSTATEs of a server that cannot be used right now: connection (08), shutting down or crashed (57P01-57P03), out of resources (53). */
+const UNREACHABLE_STATE = /^(08|53|57P0[123])/;
+/** Client-side texts of a connection that failed without a code (pg, mysql2). */
+const UNREACHABLE_TEXT = /connection terminated|timeout exceeded when trying to connect|connection (?:is in closed state|lost)|server has gone away|PROTOCOL_CONNECTION_LOST/i;
+/** MySQL/MariaDB: too many connections, can't connect, server gone away, lost connection. */
+const UNREACHABLE_ERRNOS = new Set([1040, 2002, 2003, 2006, 2013]);
+
+/**
+ * True when `err` says the store cannot be reached or used right now (nothing
+ * answers, the connection broke, the server is shutting down or full, gRPC
+ * UNAVAILABLE), as opposed to a failure of this one call. A receiver answers
+ * such failures "unavailable" (503), which senders wait out without counting
+ * attempts; anything else stays a failure of the event.
+ */
+export function isStoreUnreachable(err: unknown): boolean {
+  if (brokerOutage(err) !== null) return true;
+  if (UNREACHABLE_STATE.test(sqlState(err)) || UNREACHABLE_ERRNOS.has(mysqlErrno(err))) return true;
+  for (let e: unknown = err, depth = 0; e !== null && typeof e === 'object' && depth < 8; e = (e as { cause?: unknown }).cause, depth++) {
+    const { code, message } = e as { code?: unknown; message?: unknown };
+    if (code === 14 || code === 'PROTOCOL_CONNECTION_LOST') return true; // gRPC UNAVAILABLE (Firestore), mysql2
+    if (typeof message === 'string' && UNREACHABLE_TEXT.test(message)) return true;
+  }
+  return false;
 }

@@ -21,6 +21,7 @@ import { ConfigError, createInbox, uuidv7, type OutboxEvent } from 'txbox';
 import { PostgresInboxStore, inboxNames, migrateInbox, pgConnection } from 'txbox/postgres';
 import { HttpTransport, createWebhookConsumer, createWebhookReceiver, generateWebhookSecret, signWebhook } from 'txbox/http';
 import { openDb, type TestDb } from '../helpers/databases.ts';
+import { isStoreUnreachable } from '../../src/core/store-errors.ts';
 
 const secret = generateWebhookSecret();
 const never = new AbortController().signal;
@@ -131,6 +132,41 @@ describe('webhook receiver and consumer hardening', () => {
       await transport.close();
       await listening.close();
       await down.close?.();
+    }
+  });
+
+  it('isStoreUnreachable tells an unreachable store from other failures (only the former is a 503)', () => {
+    const coded = (message: string, code: unknown): Error => Object.assign(new Error(message), { code });
+    for (const err of [
+      coded('connect ECONNREFUSED 127.0.0.1:5432', 'ECONNREFUSED'),
+      new Error('Connection terminated unexpectedly'),
+      new Error('timeout exceeded when trying to connect'),
+      coded('terminating connection due to administrator command', '57P01'),
+      coded('sorry, too many clients already', '53300'),
+      coded('connection failure', '08006'),
+      Object.assign(new Error('Too many connections'), { errno: 1040, sqlMessage: 'Too many connections' }),
+      coded('14 UNAVAILABLE: No connection established', 14),
+      new Error('wrapped', { cause: coded('read ECONNRESET', 'ECONNRESET') }),
+    ]) {
+      assert.equal(isStoreUnreachable(err), true, err.message);
+    }
+    for (const err of [new RangeError('Maximum call stack size exceeded'), coded('duplicate key', '23505'), coded('deadlock detected', '40P01'), new Error('boom')]) {
+      assert.equal(isStoreUnreachable(err), false, err.message);
+    }
+  });
+
+  it('an inbox rejection that is not an unreachable store stays a 500 (retriable), not a 503 that would pause every event', async () => {
+    const inbox = { process: async () => Promise.reject(new RangeError('Maximum call stack size exceeded')) };
+    const listening = await createWebhookConsumer({ inbox: inbox as never, secret }).listen();
+    const transport = new HttpTransport({ endpoints: { notes: listening.url }, secret });
+    try {
+      const [outcome] = await transport.publish([event('bug')], never);
+      const error = (outcome as { error: { kind: string; message: string } }).error;
+      assert.equal(error.kind, 'retriable', error.message);
+      assert.match(error.message, /HTTP 500/);
+    } finally {
+      await transport.close();
+      await listening.close();
     }
   });
 

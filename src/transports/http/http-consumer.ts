@@ -3,10 +3,13 @@ import type { InboxQueue } from '../../inbox/inbox-worker.ts';
 import { ConfigError } from '../../core/errors.ts';
 import { createWebhookReceiver, WebhookRefusedError, WebhookUnavailableError, type WebhookReceiver, type WebhookReceiverOptions } from './http-receiver.ts';
 import { thrownText } from '../../core/error-text.ts';
+import { isStoreUnreachable } from '../../core/store-errors.ts';
 
+/** The inbox store out of reach (down, connection lost, full): 503. Any other rejection stays a 500, a failure of this event. */
 function unavailableOnRejection<T>(call: Promise<T>): Promise<T> {
   return call.catch((err: unknown) => {
-    throw new WebhookUnavailableError(`the inbox store failed: ${thrownText(err)}`);
+    if (isStoreUnreachable(err)) throw new WebhookUnavailableError(`the inbox store is unreachable: ${thrownText(err)}`);
+    throw err;
   });
 }
 
@@ -42,8 +45,8 @@ export function createWebhookConsumer(options: WebhookConsumerOptions): WebhookR
         if (refused) throw new WebhookRefusedError(refused.reason);
         return;
       }
-      // A rejection is the inbox store failing (an outage): 503, the sender pauses the destination
-      // without counting attempts, as for a broker that is down; handler failures are outcomes.
+      // A rejection with the inbox store out of reach: 503, the sender pauses the destination without
+      // counting attempts, as for a broker that is down; handler failures are outcomes.
       const outcome = await unavailableOnRejection(inbox!.process(event));
       if (outcome.status === 'retry') throw new Error(`handler failed (attempt ${outcome.attempts}); retry`);
       // Dead without an inbox row (the store refused the event itself): acking it would leave no trace.
