@@ -67,8 +67,8 @@ class TimedRelayStore implements RelayStore {
   release(relayId: string, leases: readonly BucketLease[]) {
     return this.inner.release(relayId, leases);
   }
-  leave(relayId: string) {
-    return this.inner.leave(relayId);
+  leave(relayId: string, held: readonly BucketLease[]) {
+    return this.inner.leave(relayId, held);
   }
   async claim(leases: readonly BucketLease[], options: ClaimOptions) {
     if (this.gate) await this.gate;

@@ -55,7 +55,7 @@ export class StageTrace {
       heartbeat: (relay: RelayHeartbeat, ttlMs: number) => inner.heartbeat(relay, ttlMs),
       lease: (relayId: string, held: readonly BucketLease[], acquire: number, ttlMs: number) => inner.lease(relayId, held, acquire, ttlMs),
       release: (relayId: string, leases: readonly BucketLease[]) => inner.release(relayId, leases),
-      leave: (relayId: string) => inner.leave(relayId),
+      leave: (relayId: string, held: readonly BucketLease[]) => inner.leave(relayId, held),
       async claim(leases: readonly BucketLease[], options: ClaimOptions) {
         const sent = self.now();
         return self.#claimedBy(sent, await inner.claim(leases, options));

@@ -136,8 +136,12 @@ export interface RelayStore {
   lease(relayId: string, held: readonly BucketLease[], acquire: number, ttlMs: number): Promise<BucketLease[]>;
   /** Gives buckets back at once, so that other relays need not wait for expiry. */
   release(relayId: string, leases: readonly BucketLease[]): Promise<void>;
-  /** Graceful stop: frees every bucket of the relay and removes it from the live relays, so the others rebalance at once. */
-  leave(relayId: string): Promise<void>;
+  /**
+   * Graceful stop: frees the buckets of `held` (fenced by token, as `release`:
+   * a lease taken since by another process, the same relay id included, stays
+   * its owner's) and marks the relay left, so the others rebalance at once.
+   */
+  leave(relayId: string, held: readonly BucketLease[]): Promise<void>;
   /**
    * Returns publishable events of the leased buckets in outbox order. An event is
    * publishable when it is pending, not backing off, and no earlier event of its

@@ -193,10 +193,10 @@ export class LeaseKeeper {
 
   /** Gives every lease back and leaves the live relays (graceful stop). */
   async leave(): Promise<number> {
-    const n = this.#held.size;
+    const held = [...this.#held].map(([bucket, h]) => ({ bucket, token: h.token }));
     this.#held.clear();
-    await this.store.leave(this.relayId);
-    return n;
+    await this.store.leave(this.relayId, held);
+    return held.length;
   }
 
   get size(): number {

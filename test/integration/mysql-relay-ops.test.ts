@@ -187,7 +187,7 @@ it('deleteOnPublish: the fenced completion deletes published rows; a stale token
   ]);
   // Completing a deleted row again (a duplicate completion) applies nothing.
   assert.deepEqual(await store.complete('relay-del', [{ seq: a.seq, token: token(a.bucket), outcome: 'published' }]), { applied: 0, rejected: 1 });
-  await store.leave('relay-del');
+  await store.leave('relay-del', leases);
 });
 
 it('retention prunes (the relay\'s and txbox prune) do not wait for a producer\'s open transaction, nor make marks and lease renewals wait behind it', async () => {

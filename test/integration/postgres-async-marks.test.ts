@@ -44,8 +44,9 @@ for (const kind of BACKENDS) {
         const connection = pool ? pgConnection({ pool }) : db.connection;
         const store = new PostgresRelayStore({ schema: db.schema, connection, ...(synchronousMarks === undefined ? {} : { synchronousMarks }) });
         const relayId = `marks-${String(synchronousMarks)}`;
+        let leases: BucketLease[] = [];
         try {
-          const leases = await leaseAll(store, relayId);
+          leases = await leaseAll(store, relayId);
           const events = await store.claim(leases, { limit: 10, skipParkedDestinations: [] });
           assert.equal(events.length, 2);
           const token = (bucket: number): string => leases.find((l) => l.bucket === bucket)!.token;
@@ -61,7 +62,7 @@ for (const kind of BACKENDS) {
           const { rows } = await connection.query<{ synchronous_commit: string }>('SHOW synchronous_commit');
           assert.equal(rows[0]!.synchronous_commit, 'on');
         } finally {
-          await store.leave(relayId);
+          await store.leave(relayId, leases);
           await store.close();
           if (pool) {
             await connection.close();

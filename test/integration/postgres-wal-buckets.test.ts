@@ -9,7 +9,7 @@
  */
 import { after, before, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { createOutbox, defineEvent, payloadType } from 'txbox';
+import { createOutbox, defineEvent, payloadType, type BucketLease } from 'txbox';
 import pg from 'pg';
 import { dropPublication, migratePostgres, pgConnection, postgresNames, PostgresOutboxStore, PostgresRelayStore, type WalCommit } from 'txbox/postgres';
 import { bucketOfKeyBytes } from '../../src/stores/postgres/postgres-bucket.ts';
@@ -113,9 +113,10 @@ it('a bucket the relay leases that no waiter lists wakes every waiter; a bucket 
   await db.query(`UPDATE "${db.schema}".outbox_buckets SET owner = NULL, lease_until = NULL`);
   const { store, stop } = await streamingStore();
   const relayId = 'wallat-buckets';
+  let leases: BucketLease[] = [];
   try {
     await store.heartbeat({ relayId, host: 'test', pid: process.pid, inFlight: 0, publishedTotal: 0, ratePerMinute: 0 }, 30_000);
-    const leases = await store.lease(relayId, [], 256, 30_000);
+    leases = await store.lease(relayId, [], 256, 30_000);
     assert.equal(leases.length, 256);
     // A lane that waits on bucket A only (its leases before it took B): B's commit must still reach it.
     let wait = store.waitForEvents(60_000, stop.signal, store.wakeups([bucketA]), [bucketA]);
@@ -132,7 +133,7 @@ it('a bucket the relay leases that no waiter lists wakes every waiter; a bucket 
     assert.ok(await settlesWithin(wait, 15_000));
   } finally {
     stop.abort();
-    await store.leave(relayId).catch(() => {});
+    await store.leave(relayId, leases).catch(() => {});
     await store.close();
   }
 });
@@ -142,9 +143,11 @@ it('a commit in a bucket whose lane is busy (listed, not waiting) wakes no other
   await db.query(`UPDATE "${db.schema}".outbox_buckets SET owner = NULL, lease_until = NULL`);
   const { store, stop } = await streamingStore();
   const relayId = 'wallat-busy';
+  let leases: BucketLease[] = [];
   try {
     await store.heartbeat({ relayId, host: 'test', pid: process.pid, inFlight: 0, publishedTotal: 0, ratePerMinute: 0 }, 30_000);
-    assert.equal((await store.lease(relayId, [], 256, 30_000)).length, 256);
+    leases = await store.lease(relayId, [], 256, 30_000);
+    assert.equal(leases.length, 256);
     // Lane B reads its count before its claim (as the relay does), and is busy: not waiting.
     const seenB = store.wakeups([bucketB]);
     const waitA = store.waitForEvents(60_000, stop.signal, store.wakeups([bucketA]), [bucketA]);
@@ -155,7 +158,7 @@ it('a commit in a bucket whose lane is busy (listed, not waiting) wakes no other
     assert.ok(await settlesWithin(waitA, 15_000));
   } finally {
     stop.abort();
-    await store.leave(relayId).catch(() => {});
+    await store.leave(relayId, leases).catch(() => {});
     await store.close();
   }
 });

@@ -40,7 +40,7 @@ class RefusingStore implements RelayStore {
   heartbeat: RelayStore['heartbeat'] = (r, t) => this.inner.heartbeat(r, t);
   lease: RelayStore['lease'] = (r, h, a, t) => this.inner.lease(r, h, a, t);
   release: RelayStore['release'] = (r, l) => this.inner.release(r, l);
-  leave: RelayStore['leave'] = (r) => this.inner.leave(r);
+  leave: RelayStore['leave'] = (r, h) => this.inner.leave(r, h);
   claim: RelayStore['claim'] = (l, o) => this.inner.claim(l, o);
   waitForEvents: RelayStore['waitForEvents'] = (t, s, since) => this.inner.waitForEvents(t, s, since);
   wakeups = (): number => this.inner.wakeups();

@@ -56,7 +56,7 @@ class HangingLeaseStore implements RelayStore {
   }
   heartbeat: RelayStore['heartbeat'] = (r, t) => this.inner.heartbeat(r, t);
   release: RelayStore['release'] = (r, l) => this.inner.release(r, l);
-  leave: RelayStore['leave'] = (r) => this.inner.leave(r);
+  leave: RelayStore['leave'] = (r, h) => this.inner.leave(r, h);
   claim: RelayStore['claim'] = (l, o) => this.inner.claim(l, o);
   complete: RelayStore['complete'] = (r, c) => this.inner.complete(r, c);
   waitForEvents: RelayStore['waitForEvents'] = (t, s, since) => this.inner.waitForEvents(t, s, since);

@@ -21,7 +21,7 @@ for (const kind of BACKENDS) {
         const r = `"${db.schema}".outbox_relays`;
         await store.heartbeat(beat('a'), 30_000);
         await store.heartbeat(beat('b'), 30_000);
-        await store.leave('b');
+        await store.leave('b', []);
         let states = new Map((await admin.relayStatus()).map((s) => [s.relayId, s]));
         assert.equal(states.get('a')!.state, 'alive');
         assert.equal(states.get('a')!.leaseTtlMs, 30_000);

@@ -239,11 +239,18 @@ export class FirestoreRelayStore implements RelayStore {
     });
   }
 
-  async leave(relayId: string): Promise<void> {
-    await this.#db.runTransaction(async (tx) => {
-      const snaps = await tx.getAll(...Array.from({ length: BUCKETS }, (_, b) => this.#bucketRef(b)));
-      for (const snap of snaps) if (snap.get('owner') === relayId) tx.update(snap.ref, { owner: null, leaseUntil: null });
-    });
+  async leave(relayId: string, held: readonly BucketLease[]): Promise<void> {
+    // Fenced by token: a lease taken since (by the same relay id in another process included) stays its owner's.
+    const tokens = new Map(held.map((l) => [l.bucket, l.token]));
+    if (tokens.size > 0) {
+      await this.#db.runTransaction(async (tx) => {
+        const snaps = await tx.getAll(...[...tokens.keys()].map((b) => this.#bucketRef(b)));
+        snaps.forEach((snap) => {
+          const bucket = Number(snap.ref.id);
+          if (snap.get('owner') === relayId && String(snap.get('token') ?? 0) === tokens.get(bucket)) tx.update(snap.ref, { owner: null, leaseUntil: null });
+        });
+      });
+    }
     // A clean stop: nothing about this relay is left to show (live relays count the documents heartbeating).
     await this.#relayRef(relayId).delete();
   }

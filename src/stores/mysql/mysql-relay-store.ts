@@ -162,8 +162,8 @@ export class MysqlRelayStore implements RelayStore {
     ]);
   }
 
-  async leave(relayId: string): Promise<void> {
-    await this.#db.query(`UPDATE ${this.names.buckets} SET owner = NULL, lease_until = NULL WHERE owner = ?`, [relayId]);
+  async leave(relayId: string, held: readonly BucketLease[]): Promise<void> {
+    await this.release(relayId, held); // fenced by token: a lease taken since stays its owner's
     await this.#db.query(`UPDATE ${this.names.relays} SET left_at = ${NOW}, in_flight = 0, rate_per_minute = 0 WHERE relay_id = ?`, [relayId]);
   }
 

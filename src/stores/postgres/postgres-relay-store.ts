@@ -353,8 +353,9 @@ export class PostgresRelayStore implements RelayStore {
     };
   }
 
-  async leave(relayId: string): Promise<void> {
-    await this.#db.query(this.#sql.leave, [relayId]);
+  async leave(relayId: string, held: readonly BucketLease[]): Promise<void> {
+    await this.#db.query(this.#sql.leave, [relayId, held.map((l) => l.bucket), held.map((l) => l.token)]);
+    if (this.#held) for (const l of held) this.#held[l.bucket] = 0;
   }
 
   async claim(leases: readonly BucketLease[], options: ClaimOptions): Promise<StoredEvent[]> {

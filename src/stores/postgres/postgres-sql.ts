@@ -157,10 +157,16 @@ FROM unnest($2::smallint[], $3::bigint[]) AS h(bucket, token)
 WHERE b.bucket = h.bucket AND b.token = h.token AND b.owner = $1`;
 }
 
-/** $1 relay id. The row stays, marked left (for `txbox status`), until the heartbeat's cleanup removes it after 24 hours. */
+/**
+ * $1 relay id, $2 buckets, $3 their tokens: the leases it holds, freed fenced by token (a lease taken since,
+ * by the same relay id in another process included, stays). The row stays, marked left (for `txbox status`),
+ * until the heartbeat's cleanup removes it after 24 hours.
+ */
 export function leaveSql(n: PostgresNames): string {
   return `WITH freed AS (
-  UPDATE ${n.buckets} SET owner = NULL, lease_until = NULL WHERE owner = $1 RETURNING 1
+  UPDATE ${n.buckets} b SET owner = NULL, lease_until = NULL
+  FROM unnest($2::smallint[], $3::bigint[]) AS h(bucket, token)
+  WHERE b.bucket = h.bucket AND b.token = h.token AND b.owner = $1 RETURNING 1
 )
 UPDATE ${n.relays} SET left_at = now(), in_flight = 0, rate_per_minute = 0 WHERE relay_id = $1`;
 }

@@ -21,7 +21,7 @@ import { defineEvent, payloadType } from '../../core/events.ts';
 import type { OutboxEvent } from '../../core/envelope.ts';
 import type { InboxStore } from '../../core/inbox-ports.ts';
 import { createOutbox, type Outbox } from '../../core/outbox.ts';
-import type { OutboxStore, RelayStore } from '../../core/ports.ts';
+import type { BucketLease, OutboxStore, RelayStore } from '../../core/ports.ts';
 import { uuidv7 } from '../../core/uuid.ts';
 import { createInbox } from '../../inbox/inbox.ts';
 import { createRelay, type Relay } from '../../relay/relay.ts';
@@ -264,9 +264,11 @@ export function runStoreConformance<Tx>(options: StoreConformanceOptions<Tx>): v
       const ids = await ns.transaction((tx) => outbox.enqueue(tx, Array.from({ length: 5 }, (_, i) => Item({ aggregateId: `fence-${i}`, payload: { n: i } }))));
       const [a, b] = [ns.relayStore(), ns.relayStore()];
       stores.push(a, b);
+      let leasesA: BucketLease[] = [];
+      let leasesB: BucketLease[] = [];
       try {
         const { bucketCount } = await a.heartbeat({ relayId: 'fence-a', ...stats }, 600);
-        const leasesA = await a.lease('fence-a', [], bucketCount, 600);
+        leasesA = await a.lease('fence-a', [], bucketCount, 600);
         assert.equal(leasesA.length, bucketCount, 'alone, a relay takes every bucket');
         const claimed = (await a.claim(leasesA, { limit: 100, skipParkedDestinations: [] })).filter((e) => ids.includes(e.id));
         assert.equal(claimed.length, 5);
@@ -276,7 +278,7 @@ export function runStoreConformance<Tx>(options: StoreConformanceOptions<Tx>): v
         assert.deepEqual(expired, { applied: 0, rejected: 2 }, 'an expired lease does not mark, even before another relay took it');
 
         await b.heartbeat({ relayId: 'fence-b', ...stats }, 60_000);
-        const leasesB = await b.lease('fence-b', [], bucketCount, 60_000);
+        leasesB = await b.lease('fence-b', [], bucketCount, 60_000);
         assert.equal(leasesB.length, bucketCount, 'b takes the expired buckets');
         const stale = await a.complete('fence-a', claimed.map((e) => ({ seq: e.seq, token: token(e.seq, leasesA), outcome: 'published' as const })));
         assert.deepEqual(stale, { applied: 0, rejected: 5 }, 'a stale token is fenced off');
@@ -291,8 +293,8 @@ export function runStoreConformance<Tx>(options: StoreConformanceOptions<Tx>): v
         assert.deepEqual(done, { applied: 5, rejected: 0 });
         assert.ok((await rowsOf(ids)).every((r) => r.state === 'published'));
       } finally {
-        await a.leave('fence-a');
-        await b.leave('fence-b');
+        await a.leave('fence-a', leasesA);
+        await b.leave('fence-b', leasesB);
         await stopAll();
       }
     });
@@ -300,21 +302,48 @@ export function runStoreConformance<Tx>(options: StoreConformanceOptions<Tx>): v
     it('a lease call hands back only the leases it renewed or acquired: a live bucket the relay owns but did not present is not returned unrenewed', async () => {
       const [a, b] = [ns.relayStore(), ns.relayStore()];
       stores.push(a, b);
+      let again: BucketLease[] = [];
+      let taken: BucketLease[] = [];
       try {
         const { bucketCount } = await a.heartbeat({ relayId: 'own-a', ...stats }, 60_000);
         const [one] = await a.lease('own-a', [], 1, 1000);
         assert.ok(one, 'a takes one bucket');
         // Not presented (released locally while its release is still on the way, or a restart under the same id):
         // handing it back without renewing it lets the relay trust it past the database's expiry.
-        const again = await a.lease('own-a', [], 0, 60_000);
+        again = await a.lease('own-a', [], 0, 60_000);
         await sleep(1300); // past the 1 s lease on the database clock
         await b.heartbeat({ relayId: 'own-b', ...stats }, 60_000);
-        const taken = await b.lease('own-b', [], bucketCount, 60_000);
+        taken = await b.lease('own-b', [], bucketCount, 60_000);
         const both = again.filter((l) => taken.some((t) => t.bucket === l.bucket)).map((l) => l.bucket);
         assert.deepEqual(both, [], 'no bucket is held by two relays at once');
       } finally {
-        await a.leave('own-a');
-        await b.leave('own-b');
+        await a.leave('own-a', again);
+        await b.leave('own-b', taken);
+        await stopAll();
+      }
+    });
+
+    it('leave frees only the leases it presents: a stale process of the same relay id leaving does not free the live one\'s buckets', async () => {
+      const [stale, live, other] = [ns.relayStore(), ns.relayStore(), ns.relayStore()];
+      stores.push(stale, live, other);
+      let old: BucketLease[] = [];
+      let current: BucketLease[] = [];
+      try {
+        const { bucketCount } = await stale.heartbeat({ relayId: 'same-id', ...stats }, 600);
+        old = await stale.lease('same-id', [], bucketCount, 600);
+        assert.equal(old.length, bucketCount);
+        await sleep(900); // past the 600 ms lease: the process paused, and the relay id started again elsewhere
+        await live.heartbeat({ relayId: 'same-id', ...stats }, 60_000);
+        current = await live.lease('same-id', [], bucketCount, 60_000);
+        assert.equal(current.length, bucketCount, 'the restarted relay takes every bucket, with new tokens');
+        await stale.leave('same-id', old); // the paused process wakes up and stops
+        await other.heartbeat({ relayId: 'other-id', ...stats }, 60_000);
+        assert.deepEqual(await other.lease('other-id', [], bucketCount, 60_000), [], 'no bucket was freed for another relay');
+        current = await live.lease('same-id', current, 0, 60_000);
+        assert.equal(current.length, bucketCount, 'the live process keeps every lease');
+      } finally {
+        await live.leave('same-id', current);
+        await other.leave('other-id', []); // alive otherwise, it would take a share of the buckets from later cases
         await stopAll();
       }
     });
