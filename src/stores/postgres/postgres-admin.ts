@@ -339,6 +339,7 @@ export class PostgresAdmin {
 
   /** Deletes published and skipped rows older than `olderThanMs`, `batchSize` rows per statement. Never touches pending or parked rows. */
   async prune(olderThanMs: number, batchSize = 5000, onProgress?: (deleted: number) => void): Promise<number> {
+    if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new ConfigError('batchSize', 'must be a positive whole number, e.g. 5000');
     let deleted = 0;
     for (;;) {
       const n = await pruneOnce(this.db, this.names, olderThanMs, batchSize);

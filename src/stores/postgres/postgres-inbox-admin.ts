@@ -117,6 +117,7 @@ export class PostgresInboxAdmin {
    * broker may redeliver (default in the CLI: 7 days).
    */
   async prune(olderThanMs: number, batchSize = 5000, onProgress?: (deleted: number) => void): Promise<number> {
+    if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new ConfigError('batchSize', 'must be a positive whole number, e.g. 5000');
     let total = 0;
     for (;;) {
       const { rows } = await this.db.query<{ n: number }>(
