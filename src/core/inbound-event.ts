@@ -37,7 +37,7 @@ export function quoteId(id: unknown): string {
 /** A surrogate escaped in JSON text (`\ud83d`); paired ones too, so the walk then decides. */
 const SURROGATE_ESCAPE = /\\u[dD][89abcdefABCDEF]/;
 
-/** A UTF-16 surrogate without its pair (a string cut inside an emoji): JSON text carries it as `\udXXX`, which jsonb refuses. */
+/** A UTF-16 surrogate without its pair (a string cut inside an emoji): JSON text carries it as an escape such as `\ud83d`, which jsonb refuses. */
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 /** Text jsonb cannot hold: NUL, or a lone surrogate. */
