@@ -37,7 +37,7 @@ export interface NatsConsumerOptions extends Pick<NatsTransportOptions, Connecti
    * Default: the whole stream.
    */
   readonly filterSubjects?: string | readonly string[];
-  /** Messages asked for per pull request (nats.js asks for more once a quarter of them arrived); in worker mode also the most stored per transaction. Default: 100. */
+  /** Most messages asked for per pull request (a pull asks only for what the process has room for); in worker mode also the most stored per transaction. Default: 100. */
   readonly batch?: number;
   /**
    * Events handed to the inbox at once (different keys; one key's messages

@@ -3,6 +3,7 @@ import { connect, headers as natsHeaders, type NatsConnection } from '@nats-io/t
 import {
   jetstream,
   jetstreamManager,
+  type Consumer as JsConsumer,
   type ConsumerConfig,
   type ConsumerMessages,
   type JetStreamClient,
@@ -105,7 +106,6 @@ export class NatsConsumer implements Consumer {
   #heartbeat: NodeJS.Timeout | undefined;
   #acks: JsMsg[] = [];
   #ackTimer: NodeJS.Immediate | undefined;
-  #ensuring = false;
 
   /** Throws ConfigError naming the field when an option is invalid. Connects nothing until start(). */
   constructor(options: NatsConsumerOptions) {
@@ -186,7 +186,7 @@ export class NatsConsumer implements Consumer {
   start(): Promise<void> {
     return this.#core.start(
       () => this.#start(),
-      () => (this.#reading = this.#readLoop(this.#session!, this.#messages!)),
+      () => (this.#reading = this.#readLoop(this.#session!)),
     );
   }
 
@@ -209,7 +209,6 @@ export class NatsConsumer implements Consumer {
       await this.#checkStream(session);
       await this.#checkDeadLetter(session);
       await this.#ensureConsumer(session);
-      await this.#subscribe(session);
     } catch (err) {
       session.stopWatching();
       if (session.owned) await session.nc.close().catch(() => {});
@@ -279,7 +278,7 @@ export class NatsConsumer implements Consumer {
     }
   }
 
-  /** Re-emits connection changes; reconnecting is nats.js's job, resuming the pull is its consume()'s. */
+  /** Re-emits connection changes; reconnecting is nats.js's job (a pull open across it asks again, or ends and the read loop pulls again). */
   #watch(session: Session): void {
     const statuses = session.nc.status();
     session.stopWatching = () => (statuses as { stop?: () => void }).stop?.();
@@ -372,46 +371,46 @@ export class NatsConsumer implements Consumer {
     return new TransportError('retriable', `${what} at ${t.serversDisplay} failed: ${messageOf(err)}`, { cause: err });
   }
 
-  async #subscribe(session: Session): Promise<ConsumerMessages> {
-    const consumer = await session.js.consumers.get(this.#o.stream, this.#o.durable);
-    const messages = await consumer.consume({ max_messages: this.#o.batch, expires: pullExpiresMs(this.#o) });
-    this.#messages = messages;
-    void this.#watchConsumer(session, messages);
-    return messages;
-  }
-
-  /** A durable deleted under a running consumer (an operator, memory storage after a restart) is created again. */
-  async #watchConsumer(session: Session, messages: ConsumerMessages): Promise<void> {
-    for await (const s of messages.status()) {
-      if (s.type !== 'consumer_deleted' && s.type !== 'consumer_not_found' && s.type !== 'stream_not_found') continue;
-      this.#error('consume', `JetStream reports ${s.type.replaceAll('_', ' ')} (stream ${this.#o.stream}, durable ${this.#o.durable})`);
-      if (s.type === 'stream_not_found' || this.#ensuring || this.#state !== 'running') continue;
-      this.#ensuring = true;
-      await this.#ensureConsumer(session)
-        .catch((err: unknown) => this.#error('consume', err))
-        .finally(() => (this.#ensuring = false));
-    }
-  }
-
-  /** Reads until stop(); if nats.js ends the iterator (a fatal pull error), subscribes again after a pause. */
-  async #readLoop(session: Session, first: ConsumerMessages): Promise<void> {
-    let messages: ConsumerMessages | null = first;
+  /**
+   * Pulls until stop(). Each pull request (a nats.js `fetch`) asks for no more
+   * messages than the process has room for, and every message it brings is
+   * taken at once, its ack deadline extended from then on until it is
+   * settled. Never more: a message the server handed over and the client
+   * left waiting (nats.js `consume()` keeps the rest of a pull buffered while
+   * the reader is full) is not extended; past ack_wait the server delivers it
+   * again, counting a delivery its handler never saw, and at maxDeliveries
+   * it was dead-lettered unhandled. A pull waits for room for a quarter of
+   * `batch`, so that a full process does not send a request per freed slot.
+   */
+  async #readLoop(session: Session): Promise<void> {
+    const o = this.#o;
+    const floor = Math.max(1, Math.floor(Math.min(o.batch, this.#limit) / 4));
+    let consumer: JsConsumer | null = null;
     for (let failures = 0; this.#state === 'running'; ) {
       try {
-        messages ??= await this.#subscribe(session);
+        await this.#deliveries.whenBelow(this.#limit - floor + 1, this.#core.signal);
+        if (this.#state !== 'running') break;
+        consumer ??= await session.js.consumers.get(o.stream, o.durable);
+        const messages = await consumer.fetch({ max_messages: Math.min(o.batch, this.#limit - this.#deliveries.inFlight), expires: pullExpiresMs(o) });
+        this.#messages = messages;
         if (this.#state !== 'running') messages.stop();
         for await (const m of messages) {
-          failures = 0;
           this.stats.received++;
           const parsed = parseNatsMessage(m);
           this.#deliveries.accept({ m, id: parsed.ok ? parsed.event.id : null, touchedAt: Date.now() }, parsed);
-          await this.#deliveries.whenBelow(this.#limit, this.#core.signal);
         }
+        failures = 0;
       } catch (err) {
+        if (this.#state !== 'running') break;
+        failures++;
         this.#error('consume', err);
+        consumer = null;
+        // The durable deleted under a running consumer (an operator, memory storage after a restart) is created again.
+        await this.#ensureConsumer(session).catch((e: unknown) => this.#error('consume', e));
+      } finally {
+        this.#messages = null;
       }
-      messages = null;
-      if (this.#state === 'running') await this.#core.pause(Math.min(10_000, 250 * 2 ** Math.min(failures++, 6)));
+      if (this.#state === 'running' && failures > 0) await this.#core.pause(Math.min(10_000, 250 * 2 ** Math.min(failures - 1, 6)));
     }
   }
 
