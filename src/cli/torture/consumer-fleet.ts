@@ -31,6 +31,15 @@ export interface ConsumerSettings {
   /** http: the port it listens on (the same after each restart) and the signing secret. */
   readonly port?: number;
   readonly secret?: string;
+  /**
+   * NATS and Redis consumers' maxDeliveries: the run's planned consumer kills
+   * plus the default guard (12). A kill returns every message its process
+   * held, most of them merely queued behind their key's earlier ones, and
+   * each return counts a delivery; a run that kills the consumers this often
+   * would otherwise dead-letter such bystanders unhandled, which is the guard
+   * against a message that crashes its consumer working as meant, not a loss.
+   */
+  readonly maxDeliveries: number;
 }
 
 export interface InboxCheck {
@@ -86,6 +95,8 @@ export interface ConsumerFleetOptions {
   readonly transport: RelayTransportConfig;
   readonly count: number;
   readonly seed: number;
+  /** Consumer kills the run plans (SIGUSR2). */
+  readonly kills: number;
 }
 
 export class ConsumerFleet {
@@ -143,7 +154,7 @@ export class ConsumerFleet {
   }
 
   async #spawn(s: Slot, readyTimeoutMs: number): Promise<void> {
-    const settings: ConsumerSettings = { databaseUrl: this.#o.databaseUrl, schema: this.#o.schema, run: this.#o.run, slot: s.slot, transport: this.#o.transport, ...(s.port !== undefined ? { port: s.port, secret: this.#secret } : {}) };
+    const settings: ConsumerSettings = { databaseUrl: this.#o.databaseUrl, schema: this.#o.schema, run: this.#o.run, slot: s.slot, transport: this.#o.transport, maxDeliveries: this.#o.kills + 12, ...(s.port !== undefined ? { port: s.port, secret: this.#secret } : {}) };
     const here = fileURLToPath(import.meta.url);
     const script = fileURLToPath(new URL(`./consumer-process${extname(here)}`, import.meta.url));
     const child = spawn(process.execPath, [...process.execArgv, ...exitWithParentArgs(), script], {

@@ -67,6 +67,7 @@ if (transport.type === 'http') {
     consumer: `c${settings.slot}`,
     claimIdleMs: 3000,
     blockMs: 500,
+    maxDeliveries: settings.maxDeliveries,
     inbox,
   });
   await consumer.start();
@@ -75,7 +76,7 @@ if (transport.type === 'http') {
 } else if (transport.type === 'nats') {
   const { NatsConsumer } = await import('../../transports/nats/index.ts');
   const streams = transport.streams as Record<string, string>;
-  const consumer = new NatsConsumer({ servers: transport.servers as string, stream: streams.orders!, durable: consumerGroupOf(settings.run), inbox, ackWaitMs: 3000, deadLetterSubject: null });
+  const consumer = new NatsConsumer({ servers: transport.servers as string, stream: streams.orders!, durable: consumerGroupOf(settings.run), inbox, ackWaitMs: 3000, maxDeliveries: settings.maxDeliveries, deadLetterSubject: null });
   await consumer.start();
   brokerStats = () => ({ ...consumer.stats });
   stop = () => consumer.stop();

@@ -27,6 +27,9 @@ import { LeaseHistory, describeViolations, orderViolationSamples } from './order
 import type { TortureOptions } from './torture-options.ts';
 import { thrownText } from '../../core/error-text.ts';
 
+/** With --inbox, the consumer processes are killed half as often as the relays. */
+const consumerKillsOf = (kills: number): number => Math.ceil(kills / 2);
+
 export interface TortureReport {
   readonly database: string;
   readonly transport: string;
@@ -113,7 +116,7 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
     io.onStart?.(`txbox torture: run ${run}, schema ${schema}, observer ${observer.name}`);
     let relayTransport = observer.relayTransport();
     if (o.inbox) {
-      consumers = new ConsumerFleet({ databaseUrl: o.databaseUrl!, schema, run, transport: relayTransport, count: o.consumers, seed: o.seed });
+      consumers = new ConsumerFleet({ databaseUrl: o.databaseUrl!, schema, run, transport: relayTransport, count: o.consumers, seed: o.seed, kills: consumerKillsOf(o.kills) });
       await consumers.start(db);
       // HTTP: the relays post to the consumer processes; the observer is then the consumers' applied table.
       if (o.transport === 'http') relayTransport = consumers.httpTransport();
@@ -146,7 +149,7 @@ export async function runTorture(o: TortureOptions, io: TortureIo): Promise<Tort
     let terminatedSessions = 0;
     let producing = true;
     const processes = fleet.kind === 'processes';
-    const plan = { kills: o.kills, pauses: processes ? Math.max(1, Math.floor(o.kills / 10)) : 0, terminations: processes ? Math.max(1, Math.floor(o.kills / 5)) : 0, consumerKills: consumers ? Math.ceil(o.kills / 2) : 0 };
+    const plan = { kills: o.kills, pauses: processes ? Math.max(1, Math.floor(o.kills / 10)) : 0, terminations: processes ? Math.max(1, Math.floor(o.kills / 5)) : 0, consumerKills: consumers ? consumerKillsOf(o.kills) : 0 };
     let consumerKills = 0;
     const faultsLeft = (): number => plan.kills - kills.length + (plan.pauses - pauses) + (plan.terminations - terminations) + (plan.consumerKills - consumerKills);
     const meanGapMs = o.durationMs > 0 ? Math.max(200, o.durationMs / Math.max(1, faultsLeft())) : Math.max(400, o.leaseTtlMs / 2);
