@@ -83,6 +83,12 @@ export interface InboxProcessor {
    * run over one event at a time.
    */
   processInOrder?(events: readonly OutboxEvent[]): Promise<InboxOutcome>[];
+  /**
+   * Records an event dead without running its handler (see
+   * `Inbox.recordDead`); optional: consumers that give up on a message
+   * unhandled call it before they dead-letter the message.
+   */
+  recordDead?(event: OutboxEvent, reason: string): Promise<void>;
 }
 
 /**

@@ -284,6 +284,36 @@ export class Inbox<Tx = SqlExecutor> {
     return out;
   }
 
+  /**
+   * Records an event `dead` without running its handler, for a consumer that
+   * gives up on its message unhandled (NATS, Redis: delivered `maxDeliveries`
+   * times without an ack, its processes crashed or stalled while holding it).
+   * The row (`dead`, `reason` in `last_error`, the envelope) shows in `txbox
+   * inbox dead list`, and `txbox inbox dead retry` runs it, which releases
+   * the versions its key holds behind it; without the row they would wait on
+   * a broker dead-letter copy nobody replays. An event already processed here
+   * is left as it is; one without a handler, or one the inbox can never
+   * store, records nothing. Rejects while the store does not answer (the
+   * consumer retries).
+   */
+  async recordDead(received: OutboxEvent, reason: string): Promise<void> {
+    const admitted = this.#admit(received);
+    if ('outcome' in admitted) return;
+    const event = admitted.event;
+    const error = storableText(reason);
+    let recorded: { attempts: number; dead: boolean } | undefined;
+    const refused = await this.#refused(
+      event,
+      async () => {
+        recorded = await this.#store.recordFailure(this.consumer, event, error, 1);
+      },
+      'recording it dead',
+    );
+    if (refused || !recorded!.dead) return;
+    this.events.fire('failed', { id: event.id, type: event.type, attempts: recorded!.attempts, dead: true, error });
+    this.#logger.warn({ consumer: this.consumer, id: event.id, type: event.type, err: error }, 'txbox inbox: recorded dead without running the handler');
+  }
+
   #enqueue(event: OutboxEvent, trace: ConsumerTrace | undefined): Promise<InboxOutcome> {
     return new Promise((resolve, reject) => this.#push([{ event, trace, resolve, reject }]));
   }

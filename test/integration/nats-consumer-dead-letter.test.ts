@@ -3,13 +3,17 @@
  * and PostgreSQL: a poison handler is retried in place (its key waits, other
  * keys flow) and dead-lettered after the inbox's attempts; a message
  * delivered `maxDeliveries` times is dead-lettered without running the
- * handler again. The copy keeps the envelope and says why.
+ * handler again, and recorded dead in the inbox, where an operator's retry
+ * runs it and releases the versions its key held behind it. The copy keeps
+ * the envelope and says why.
  */
 import assert from 'node:assert/strict';
 import { after, before, it } from 'node:test';
 import { createInbox, type RetryOptions } from 'txbox';
 import { NatsConsumer, parseNatsMessage, type NatsConsumerEvents } from 'txbox/nats';
-import { inboxNames, migrateInbox, PostgresInboxStore } from 'txbox/postgres';
+import { applyVersioned, inboxNames, migrateInbox, PostgresInboxAdmin, PostgresInboxStore } from 'txbox/postgres';
+import { AckPolicy, DeliverPolicy, jetstream } from '@nats-io/jetstream';
+import { nanos } from '@nats-io/transport-node';
 import { checkDeliveries } from 'txbox/testing';
 import { JetStreamAdmin, item, itemRounds, publishAll, type TestStreams } from '../fixtures/nats-consumer-helpers.ts';
 import { openDb, type TestDb } from '../helpers/databases.ts';
@@ -151,12 +155,64 @@ it('a message delivered maxDeliveries times is dead-lettered without running the
       await second.stop();
     }
     assert.equal(calls.get(poison.id), runs, 'the handler did not run on the last delivery');
-    assert.equal(failures.get(poison.id), 1);
+    assert.equal(failures.get(poison.id), 2, 'one failed attempt, then recorded dead when the consumer gave up on it');
     assert.equal(dead[0]!.deliveryCount, 2);
     assert.match(dead[0]!.reason, /delivered 2 times without an ack \(maxDeliveries 2\)/);
+    const [row] = await db.query<{ status: string; last_error: string }>(`SELECT status, last_error FROM "${db.schema}".inbox WHERE event_id = $1`, [poison.id]);
+    assert.equal(row?.status, 'dead');
+    assert.match(row!.last_error, /delivered 2 times without an ack \(maxDeliveries 2\)/);
     const letters = await deadLetters();
     assert.equal(letters.length, 1);
     assert.equal(letters[0]!.headers['txbox-dead-deliveries'], '2');
+  } finally {
+    await s.delete();
+  }
+});
+
+it('a message given up on unhandled is recorded dead in the inbox: an operator retry runs it and releases the versions held behind it', { timeout: 60_000 }, async () => {
+  s = await admin.streams();
+  try {
+    await db.query(`CREATE TABLE "${db.schema}".gaveup_view (key text PRIMARY KEY, version bigint NOT NULL)`);
+    const v = [1, 2, 3].map((n) => item('gaveup', n));
+    const transport = s.transport();
+    await transport.start();
+    await publishAll(transport, [[v[0]!]]);
+    // Another process of the durable takes version 1 and dies holding it: JetStream counts the delivery.
+    await admin.jsm.consumers.add(s.stream, { durable_name: 'gaveup', ack_policy: AckPolicy.Explicit, deliver_policy: DeliverPolicy.All, ack_wait: nanos(1000), max_deliver: 2, max_ack_pending: 1000 });
+    const taken = await (await jetstream(admin.nc).consumers.get(s.stream, 'gaveup')).next({ expires: 5000 });
+    assert.equal(taken?.seq, 1);
+    await publishAll(transport, [[v[1]!], [v[2]!]]);
+    await transport.close();
+
+    const inbox = createInbox({ store: new PostgresInboxStore({ connection: db.connection, schema: db.schema }), consumer: 'gaveup', autoStart: false });
+    const applied: number[] = [];
+    inbox.on('ItemChanged', async (event, tx) => {
+      const r = await applyVersioned(tx, { table: `${db.schema}.gaveup_view`, id: { key: event.key }, version: event.version!, values: {}, onGap: 'hold' });
+      if (r.status === 'applied') applied.push(event.version!);
+    });
+    const consumer = new NatsConsumer({ stream: s.stream, durable: 'gaveup', inbox, maxDeliveries: 2, ackWaitMs: 1000 });
+    const dead: NatsConsumerEvents['deadLettered'][] = [];
+    consumer.events.on('deadLettered', (e) => dead.push(e));
+    await consumer.start();
+    try {
+      await waitFor('version 1 given up on', () => dead.length === 1, 30_000);
+      await waitFor('every message acked', async () => (await s.consumer('gaveup'))?.num_ack_pending === 0);
+    } finally {
+      await consumer.stop();
+    }
+    assert.equal(dead[0]!.id, v[0]!.id);
+    const statuses = async (): Promise<string[]> =>
+      (await db.query<{ status: string }>(`SELECT status FROM "${db.schema}".inbox WHERE consumer = 'gaveup' ORDER BY version`)).map((r) => r.status);
+    assert.deepEqual(await statuses(), ['dead', 'held', 'held'], 'version 1 is dead in the inbox, 2 and 3 wait behind it');
+    assert.deepEqual(applied, []);
+
+    const inboxAdmin = new PostgresInboxAdmin(db.connection, { schema: db.schema });
+    assert.deepEqual(await inboxAdmin.retryDead({ ids: [v[0]!.id] }, 'test'), [v[0]!.id]);
+    await inbox.redrive();
+    await waitFor('the held versions released', async () => (await statuses()).every((st) => st === 'processed'), 15_000);
+    assert.deepEqual(applied, [1, 2, 3]);
+    const [view] = await db.query<{ version: string }>(`SELECT version FROM "${db.schema}".gaveup_view`);
+    assert.equal(Number(view!.version), 3);
   } finally {
     await s.delete();
   }

@@ -373,6 +373,10 @@ describe('RedisConsumer on a real Redis and PostgreSQL', () => {
     assert.equal(runs(), 0);
     const [dead] = await admin.xrange(`${stream}:dead`, '-', '+');
     assert.match(dead![1][dead![1].indexOf('dead.reason') + 1]!, /delivered 5 times without an ack \(maxDeliveries 3\)/);
+    // Recorded dead in the inbox too, where `txbox inbox dead retry` can run it again.
+    const rows = await db.query<{ status: string; last_error: string }>(`SELECT status, last_error FROM "${db.schema}".inbox WHERE consumer = $1 AND event_id = $2`, [name, e.id]);
+    assert.equal(rows[0]?.status, 'dead');
+    assert.match(rows[0]!.last_error, /delivered 5 times without an ack \(maxDeliveries 3\)/);
   });
 
   it('start() names the setting: an unreachable url, a key that is not a stream; the constructor checks options', async () => {

@@ -217,8 +217,24 @@ export class DeliveryCore<M> {
     const admission = this.#o.port.admit?.(message, event) ?? 'handle';
     if (admission === 'handle') return false;
     if (admission === 'release') this.#release(message, event);
-    else await this.#deadLetter(message, event, admission.deadLetter, null);
+    else await this.#deadLetterUnhandled(message, event, admission.deadLetter);
     return true;
+  }
+
+  /**
+   * A message given up on without handling it (delivered too often) is
+   * recorded dead in the inbox first, retried while the store does not
+   * answer (released at stop), so that the inbox's dead events show it and
+   * can run it again; then dead-lettered.
+   */
+  async #deadLetterUnhandled(message: M, event: OutboxEvent | null, reason: string): Promise<void> {
+    const { core, handler } = this.#o;
+    const inbox = handler.kind === 'inbox' ? handler.inbox : null;
+    if (event !== null && inbox?.recordDead) {
+      const recorded = await core.retrying('inbox', () => inbox.recordDead!(event, reason).then(() => true as const));
+      if (recorded === null) return this.#release(message, event);
+    }
+    await this.#deadLetter(message, event, reason, null);
   }
 
   /** Adds the message to its key's waiting run, or starts a run whose turn comes after the key's earlier ones. */
