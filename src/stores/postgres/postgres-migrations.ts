@@ -43,6 +43,16 @@ function lockKey(names: PostgresNames): string {
   return `txbox:${names.schema}.${names.table}`;
 }
 
+/**
+ * Taken before the table's lock: migrations of other tables into the same
+ * schema (the outbox and the inbox starting together) would otherwise both run
+ * CREATE SCHEMA IF NOT EXISTS, and the second fails on pg_namespace's unique
+ * index (23505). Always schema first, then table: no deadlock.
+ */
+function schemaLockKey(names: PostgresNames): string {
+  return `txbox-schema:${names.schema}`;
+}
+
 function bootstrapSql(names: PostgresNames): string[] {
   return [
     `CREATE SCHEMA IF NOT EXISTS ${quoteIdent(names.schema)}`,
@@ -73,7 +83,7 @@ export function splitStatements(sql: string): string[] {
  * (`txbox migrate --print`). Idempotent: every statement uses IF NOT EXISTS.
  */
 export function printMigrations(names: PostgresNames, migrations = postgresMigrations()): string {
-  const out = [`-- txbox schema for ${names.outbox}`, 'BEGIN;', `SELECT pg_advisory_xact_lock(hashtext('${lockKey(names)}'));`];
+  const out = [`-- txbox schema for ${names.outbox}`, 'BEGIN;', `SELECT pg_advisory_xact_lock(hashtext('${schemaLockKey(names)}'));`, `SELECT pg_advisory_xact_lock(hashtext('${lockKey(names)}'));`];
   for (const s of bootstrapSql(names)) out.push(`${s};`);
   for (const m of migrations) {
     out.push(`\n-- ${m.name}`, renderMigration(m.sql, names).trim());
@@ -90,6 +100,7 @@ export function printMigrations(names: PostgresNames, migrations = postgresMigra
  */
 export async function migratePostgres(db: PostgresConnection, names: PostgresNames, migrations = postgresMigrations()): Promise<string[]> {
   return db.transaction(async (tx) => {
+    await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [schemaLockKey(names)]);
     await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [lockKey(names)]);
     for (const s of bootstrapSql(names)) await tx.query(s);
     const done = await appliedMigrations(tx, names);
