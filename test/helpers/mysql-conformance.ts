@@ -91,3 +91,22 @@ export async function openMysqlNamespace(helper: string): Promise<StoreConforman
     },
   };
 }
+
+/** A fresh MariaDB/MySQL database with the inbox migrated: its pool, connection and inbox store; `close` drops it. */
+export async function openMysqlInbox(prefix: string): Promise<{ pool: mysql.Pool; store: MysqlInboxStore; close(): Promise<void> }> {
+  const database = `txbox_${prefix}_${randomBytes(4).toString('hex')}`;
+  const root = await mysql.createConnection({ uri: MYSQL_URL });
+  await root.query(`CREATE DATABASE \`${database}\``);
+  const pool = mysql.createPool({ uri: MYSQL_URL.replace(/\/[^/]*$/, `/${database}`), connectionLimit: 8, dateStrings: true, timezone: 'Z' });
+  const connection = await mysqlConnection({ pool });
+  await migrateMysqlInbox(connection, mysqlInboxNames());
+  return {
+    pool,
+    store: new MysqlInboxStore({ connection }),
+    close: async () => {
+      await pool.end();
+      await root.query(`DROP DATABASE \`${database}\``);
+      await root.end();
+    },
+  };
+}

@@ -9,13 +9,12 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
 import mysql from 'mysql2/promise';
 import { ConfigError, createInbox, HandlerTimeoutError, uuidv7, type InboxOutcome, type OutboxEvent } from 'txbox';
 import { PostgresInboxStore, inboxNames, migrateInbox } from 'txbox/postgres';
-import { MysqlInboxStore, migrateMysqlInbox, mysqlConnection, mysqlInboxNames, type MysqlConnection } from 'txbox/mysql';
+import type { MysqlInboxStore } from 'txbox/mysql';
 import { BACKENDS, openDb, type TestDb } from '../helpers/databases.ts';
-import { MYSQL_URL } from '../helpers/mysql-conformance.ts';
+import { openMysqlInbox } from '../helpers/mysql-conformance.ts';
 
 function event(key: string): OutboxEvent {
   return { id: uuidv7(), type: 'Noted', aggregateType: 'Note', aggregateId: key, key: `Note:${key}`, destination: 'notes', payload: { key }, headers: {}, occurredAt: new Date(), version: null };
@@ -100,21 +99,12 @@ for (const kind of BACKENDS) {
 }
 
 scenario('mariadb', async () => {
-  const database = `txbox_timeout_${randomBytes(4).toString('hex')}`;
-  const root = await mysql.createConnection({ uri: MYSQL_URL });
-  await root.query(`CREATE DATABASE \`${database}\``);
-  const pool = mysql.createPool({ uri: MYSQL_URL.replace(/\/[^/]*$/, `/${database}`), connectionLimit: 8, dateStrings: true, timezone: 'Z' });
-  const connection: MysqlConnection = await mysqlConnection({ pool });
-  await migrateMysqlInbox(connection, mysqlInboxNames());
-  await pool.query('CREATE TABLE notes (body VARCHAR(100) NOT NULL) ENGINE = InnoDB');
+  const m = await openMysqlInbox('timeout');
+  await m.pool.query('CREATE TABLE notes (body VARCHAR(100) NOT NULL) ENGINE = InnoDB');
   return {
-    store: new MysqlInboxStore({ connection }),
+    store: m.store,
     note: (tx, key) => (tx as mysql.PoolConnection).query('INSERT INTO notes (body) VALUES (?)', [key]),
-    notes: async () => ((await pool.query('SELECT body FROM notes'))[0] as { body: string }[]).map((r) => r.body),
-    close: async () => {
-      await pool.end();
-      await root.query(`DROP DATABASE \`${database}\``);
-      await root.end();
-    },
+    notes: async () => ((await m.pool.query('SELECT body FROM notes'))[0] as { body: string }[]).map((r) => r.body),
+    close: m.close,
   };
 });

@@ -8,13 +8,11 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
-import mysql from 'mysql2/promise';
 import { createInbox, uuidv7, type OutboxEvent } from 'txbox';
 import { PostgresInboxStore, inboxNames, migrateInbox } from 'txbox/postgres';
-import { MysqlInboxStore, migrateMysqlInbox, mysqlConnection, mysqlInboxNames, type MysqlConnection } from 'txbox/mysql';
+import type { MysqlInboxStore } from 'txbox/mysql';
 import { BACKENDS, openDb, type TestDb } from '../helpers/databases.ts';
-import { MYSQL_URL } from '../helpers/mysql-conformance.ts';
+import { openMysqlInbox } from '../helpers/mysql-conformance.ts';
 
 function event(type = 'Noted'): OutboxEvent {
   return { id: uuidv7(), type, aggregateType: 'Note', aggregateId: 'n1', key: 'Note:n1', destination: 'notes', payload: { n: 1 }, headers: {}, occurredAt: new Date(), version: null };
@@ -97,19 +95,10 @@ for (const kind of BACKENDS) {
 }
 
 scenario('mariadb', async () => {
-  const database = `txbox_recdead_${randomBytes(4).toString('hex')}`;
-  const root = await mysql.createConnection({ uri: MYSQL_URL });
-  await root.query(`CREATE DATABASE \`${database}\``);
-  const pool = mysql.createPool({ uri: MYSQL_URL.replace(/\/[^/]*$/, `/${database}`), connectionLimit: 4, dateStrings: true, timezone: 'Z' });
-  const connection: MysqlConnection = await mysqlConnection({ pool });
-  await migrateMysqlInbox(connection, mysqlInboxNames());
+  const m = await openMysqlInbox('recdead');
   return {
-    store: new MysqlInboxStore({ connection }),
-    rows: async (consumer) => (await pool.query('SELECT status, attempts, last_error FROM inbox WHERE consumer = ?', [consumer]))[0] as never,
-    close: async () => {
-      await pool.end();
-      await root.query(`DROP DATABASE \`${database}\``);
-      await root.end();
-    },
+    store: m.store,
+    rows: async (consumer) => (await m.pool.query('SELECT status, attempts, last_error FROM inbox WHERE consumer = ?', [consumer]))[0] as never,
+    close: m.close,
   };
 });
