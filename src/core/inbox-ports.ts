@@ -86,9 +86,10 @@ export interface InboxProcessor {
   /**
    * Records an event dead without running its handler (see
    * `Inbox.recordDead`); optional: consumers that give up on a message
-   * unhandled call it before they dead-letter the message.
+   * unhandled call it before they dead-letter the message. True when the
+   * inbox keeps the event (dead, or processed already).
    */
-  recordDead?(event: OutboxEvent, reason: string): Promise<void>;
+  recordDead?(event: OutboxEvent, reason: string): Promise<boolean>;
 }
 
 /**

@@ -293,12 +293,14 @@ export class Inbox<Tx = SqlExecutor> {
    * the versions its key holds behind it; without the row they would wait on
    * a broker dead-letter copy nobody replays. An event already processed here
    * is left as it is; one without a handler, or one the inbox can never
-   * store, records nothing. Rejects while the store does not answer (the
-   * consumer retries).
+   * store, records nothing. Resolves true when the inbox keeps the event
+   * (recorded dead, or processed already) or has no handler for it (the
+   * inbox would ignore it); false when it cannot store it. Rejects while the
+   * store does not answer (the consumer retries).
    */
-  async recordDead(received: OutboxEvent, reason: string): Promise<void> {
+  async recordDead(received: OutboxEvent, reason: string): Promise<boolean> {
     const admitted = this.#admit(received);
-    if ('outcome' in admitted) return;
+    if ('outcome' in admitted) return admitted.outcome.status === 'ignored';
     const event = admitted.event;
     const error = storableText(reason);
     let recorded: { attempts: number; dead: boolean } | undefined;
@@ -309,9 +311,11 @@ export class Inbox<Tx = SqlExecutor> {
       },
       'recording it dead',
     );
-    if (refused || !recorded!.dead) return;
+    if (refused) return false;
+    if (!recorded!.dead) return true; // processed (or dead) already
     this.events.fire('failed', { id: event.id, type: event.type, attempts: recorded!.attempts, dead: true, error });
     this.#logger.warn({ consumer: this.consumer, id: event.id, type: event.type, err: error }, 'txbox inbox: recorded dead without running the handler');
+    return true;
   }
 
   #enqueue(event: OutboxEvent, trace: ConsumerTrace | undefined): Promise<InboxOutcome> {

@@ -244,6 +244,34 @@ describe('PubSubConsumer on the Pub/Sub emulator and PostgreSQL', { skip }, () =
     assert.equal(unreadable.data.toString(), 'not json');
   });
 
+  it('without a dead-letter topic, an event the inbox store refuses to record is nacked, never acked: applied once the refusal ends', { timeout: 90_000 }, async () => {
+    const { topic, sub, name } = await fresh({});
+    // PostgreSQL refuses the inbox's own row for this type (a constraint someone added): dead, and no row keeps it.
+    await db.query(`ALTER TABLE "${db.schema}".inbox ADD CONSTRAINT pubsub_no_refused CHECK (type <> 'Refused')`);
+    let dropped = false;
+    const drop = async (): Promise<void> => {
+      if (!dropped) await db.query(`ALTER TABLE "${db.schema}".inbox DROP CONSTRAINT pubsub_no_refused`);
+      dropped = true;
+    };
+    try {
+      const inbox = inboxFor(name, { retry: { baseDelayMs: 10, maxDelayMs: 10, maxAttempts: 12 } });
+      inbox.on('Refused', async () => {});
+      const refused = ev('refused', 1, 'Refused');
+      await publish(topic, [refused]);
+      const consumer = consumerFor(sub, { inbox });
+      await consumer.start();
+      try {
+        await waitFor('dead unrecorded, nacked for redelivery', () => consumer.stats.released >= 1, 30_000);
+        await drop();
+        await waitFor('applied once the store takes it', async () => (await db.query<{ status: string }>(`SELECT status FROM "${db.schema}".inbox WHERE consumer = $1`, [name]))[0]?.status === 'processed', 30_000);
+      } finally {
+        await consumer.stop();
+      }
+    } finally {
+      await drop();
+    }
+  });
+
   it('worker mode: messages are stored in the inbox queue and acked; workers apply them once in per-key order', async () => {
     const { topic, sub, name } = await fresh();
     const inbox = inboxFor(name);

@@ -272,6 +272,30 @@ describe('SqsConsumer on ElasticMQ and PostgreSQL', () => {
     assert.deepEqual(await counts(dlq), { visible: 0, inFlight: 0 }, 'not copied: the inbox is where it is kept');
   });
 
+  it('without deadLetterQueueUrl, an event the inbox store refuses to record is never deleted: the redrive policy moves it to the DLQ', { timeout: 60_000 }, async () => {
+    const { url, dlq, name } = await fresh(false, { VisibilityTimeout: '1' }, 2);
+    // PostgreSQL refuses the inbox's own row for this type (a constraint someone added): dead, and no row keeps it.
+    await db.query(`ALTER TABLE "${db.schema}".inbox ADD CONSTRAINT sqs_no_refused CHECK (type <> 'Refused')`);
+    try {
+      const inbox = inboxFor(name, { retry: { baseDelayMs: 10, maxDelayMs: 10, maxAttempts: 12 } });
+      inbox.on('Refused', async () => {});
+      const refused = ev('refused', 1, 'Refused');
+      await send(url, [refused]);
+      const consumer = consumerFor(url, { inbox });
+      await consumer.start();
+      try {
+        await waitFor('the refused event is in the DLQ', async () => (await counts(dlq)).visible === 1, 30_000);
+      } finally {
+        await consumer.stop();
+      }
+      assert.ok(consumer.stats.dead >= 1, 'dead in the inbox, unrecorded');
+      const rows = await db.query(`SELECT 1 FROM "${db.schema}".inbox WHERE consumer = $1`, [name]);
+      assert.equal(rows.length, 0, 'no inbox row keeps it: only the DLQ does');
+    } finally {
+      await db.query(`ALTER TABLE "${db.schema}".inbox DROP CONSTRAINT sqs_no_refused`);
+    }
+  });
+
   it('with deadLetterQueueUrl, an unreadable message and a dead event are copied there with the reason and deleted', async () => {
     const { url, dlq, name } = await fresh(true);
     const inbox = inboxFor(name, { retry: { baseDelayMs: 10, maxDelayMs: 10, maxAttempts: 2 } });

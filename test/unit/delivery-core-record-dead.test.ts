@@ -17,7 +17,7 @@ function event(): OutboxEvent {
   return { id: uuidv7(), type: 'Noted', aggregateType: 'Note', aggregateId: 'n', key: 'n', destination: 'notes', payload: {}, headers: {}, occurredAt: new Date(), version: null };
 }
 
-function setup(recordDead: (e: OutboxEvent, reason: string) => Promise<void>) {
+function setup(recordDead: (e: OutboxEvent, reason: string) => Promise<boolean>) {
   const log: string[] = [];
   const core = new ConsumerCore({ name: 'test', logger: silentLogger, context: () => ({}), onError: (operation) => void log.push(`error ${operation}`) });
   const inbox = {
@@ -34,8 +34,8 @@ function setup(recordDead: (e: OutboxEvent, reason: string) => Promise<void>) {
     batch: 10,
     port: {
       ack: (m) => void log.push(`ack ${m}`),
-      deadLetter: async (m, reason) => {
-        log.push(`dead ${m}: ${reason}`);
+      deadLetter: async (m, reason, _e, _a, kept) => {
+        log.push(`dead ${m}: ${reason}${kept ? '' : ' (not kept)'}`);
         return true;
       },
       release: (m) => void log.push(`release ${m}`),
@@ -50,6 +50,7 @@ it('records the event dead in the inbox, retrying through an outage, then dead-l
   const { core, deliveries, log } = setup(async (_e, reason) => {
     if (++calls < 3) throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' });
     log.push(`recorded: ${reason}`);
+    return true;
   });
   await core.start(async () => {});
   deliveries.accept('m1', { ok: true, event: event() });

@@ -20,8 +20,13 @@ export interface DeliveryPort<M> {
    * queue): copy it to the dead-letter destination and acknowledge it. False:
    * the copy failed until stop; the message is left for redelivery.
    * `attempts`: the handler's attempts for a dead event, null otherwise.
+   * `kept`: the inbox keeps the event (a dead row that `txbox inbox dead
+   * retry` runs again, or processed already); false when nothing but the
+   * broker holds it (unreadable, refused by the queue, an event the inbox
+   * store refused to record): such a message must not be deleted or acked
+   * without a copy.
    */
-  deadLetter(message: M, reason: string, event: OutboxEvent | null, attempts: number | null): Promise<boolean> | boolean;
+  deadLetter(message: M, reason: string, event: OutboxEvent | null, attempts: number | null, kept: boolean): Promise<boolean> | boolean;
   /** Not settled (stopping, or a retry due later): leave it for redelivery. */
   release(message: M): void;
   /** Aborted when this message can no longer be settled (its channel closed); default: the core's stop signal. */
@@ -90,6 +95,11 @@ interface Held<M> {
 }
 
 const QUEUE_KEY = '\u0000queue';
+
+/** Whether an inbox row keeps a dead event: not when the store refused it, nor when the inbox could never store it (dead at its boundary, 0 attempts). */
+function keptDead(outcome: { readonly attempts: number; readonly unrecorded?: boolean }): boolean {
+  return outcome.attempts > 0 && outcome.unrecorded !== true;
+}
 
 /**
  * The receive → settle → ack loop every broker consumer runs. The adapter
@@ -210,7 +220,7 @@ export class DeliveryCore<M> {
   /** An unreadable message is dead-lettered, even while stopping, unless admit releases it. */
   async #unreadableTurn(message: M, reason: string): Promise<void> {
     if (!this.#held.has(message) || (await this.#refusedByAdmit(message, null))) return;
-    await this.#deadLetter(message, null, reason, null);
+    await this.#deadLetter(message, null, reason, null, false);
   }
 
   async #refusedByAdmit(message: M, event: OutboxEvent | null): Promise<boolean> {
@@ -230,11 +240,13 @@ export class DeliveryCore<M> {
   async #deadLetterUnhandled(message: M, event: OutboxEvent | null, reason: string): Promise<void> {
     const { core, handler } = this.#o;
     const inbox = handler.kind === 'inbox' ? handler.inbox : null;
+    let kept = false;
     if (event !== null && inbox?.recordDead) {
-      const recorded = await core.retrying('inbox', () => inbox.recordDead!(event, reason).then(() => true as const));
+      const recorded = await core.retrying('inbox', () => inbox.recordDead!(event, reason));
       if (recorded === null) return this.#release(message, event);
+      kept = recorded;
     }
-    await this.#deadLetter(message, event, reason, null);
+    await this.#deadLetter(message, event, reason, null, kept);
   }
 
   /** Adds the message to its key's waiting run, or starts a run whose turn comes after the key's earlier ones. */
@@ -283,7 +295,7 @@ export class DeliveryCore<M> {
       }
       if (outcome.status === 'retry') return this.#finishOneByOne(live.slice(i), outcomes.slice(i + 1), inbox, outcome.delayMs);
       this.#o.hooks?.settled?.(message, event, outcome.status, performance.now() - started);
-      if (outcome.status === 'dead') await this.#deadLetter(message, event, `handler failed ${outcome.attempts} times: ${outcome.error}`, outcome.attempts);
+      if (outcome.status === 'dead') await this.#deadLetter(message, event, `handler failed ${outcome.attempts} times: ${outcome.error}`, outcome.attempts, keptDead(outcome));
       else await this.#ack(message);
     }
   }
@@ -319,7 +331,7 @@ export class DeliveryCore<M> {
     });
     if (outcome === null) return this.#release(message, event);
     this.#o.hooks?.settled?.(message, event, outcome.status, performance.now() - started);
-    if (outcome.status === 'dead') return void (await this.#deadLetter(message, event, `handler failed ${outcome.attempts} times: ${outcome.error}`, outcome.attempts));
+    if (outcome.status === 'dead') return void (await this.#deadLetter(message, event, `handler failed ${outcome.attempts} times: ${outcome.error}`, outcome.attempts, keptDead(outcome)));
     await this.#ack(message);
   }
 
@@ -345,7 +357,7 @@ export class DeliveryCore<M> {
         if (reason !== undefined) {
           // The queue can never hold it: dead-lettered, never retried.
           this.#o.hooks?.rejected?.(message, reason);
-          await this.#deadLetter(message, event, reason, null);
+          await this.#deadLetter(message, event, reason, null, false);
           continue;
         }
         this.#o.hooks?.settled?.(message, event, 'queued', durationMs);
@@ -366,9 +378,9 @@ export class DeliveryCore<M> {
     return true;
   }
 
-  async #deadLetter(message: M, event: OutboxEvent | null, reason: string, attempts: number | null): Promise<boolean> {
+  async #deadLetter(message: M, event: OutboxEvent | null, reason: string, attempts: number | null, kept: boolean): Promise<boolean> {
     if (!this.#held.has(message)) return false; // released meanwhile: redelivered, and dead-lettered then if it still fails
-    const done = await this.#o.port.deadLetter(message, reason, event, attempts);
+    const done = await this.#o.port.deadLetter(message, reason, event, attempts, kept);
     if (!done) {
       this.#release(message, event);
       return false;

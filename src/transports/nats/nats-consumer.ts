@@ -414,12 +414,19 @@ export class NatsConsumer implements Consumer {
     }
   }
 
-  /** A message's turn came: released behind a released one of its key (worker mode: behind any), dead-lettered when delivered too often. */
+  /**
+   * A message's turn came: dead-lettered when delivered too often (recorded
+   * dead in the inbox first), else released behind a released one of its key
+   * (worker mode: behind any). The count comes first: JetStream never
+   * delivers a message again after its `max_deliver`-th delivery, so a
+   * release of that one lost it.
+   */
   #admit(d: Delivery, key: string): Admission {
     const o = this.#o;
-    if (o.handler.kind === 'queue' ? this.#releasedKeys.size > 0 : this.#releasedKeys.has(key)) return 'release';
-    if (d.m.info.deliveryCount < o.maxDeliveries) return 'handle';
-    return { deadLetter: `delivered ${d.m.info.deliveryCount} times without an ack (maxDeliveries ${o.maxDeliveries}); the handler did not run again` };
+    if (d.m.info.deliveryCount >= o.maxDeliveries) {
+      return { deadLetter: `delivered ${d.m.info.deliveryCount} times without an ack (maxDeliveries ${o.maxDeliveries}); the handler did not run again` };
+    }
+    return (o.handler.kind === 'queue' ? this.#releasedKeys.size > 0 : this.#releasedKeys.has(key)) ? 'release' : 'handle';
   }
 
   /**

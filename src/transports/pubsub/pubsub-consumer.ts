@@ -100,7 +100,7 @@ export class PubSubConsumer implements Consumer, HealthSource {
       handler: o.handler,
       concurrency: o.concurrency,
       batch: o.batch,
-      port: { ack: (m) => this.#ack(m), deadLetter: (m, reason, event) => this.#deadLetter(m, reason, event), release: (m) => m.nack() },
+      port: { ack: (m) => this.#ack(m), deadLetter: (m, reason, event, attempts, kept) => this.#deadLetter(m, reason, event, attempts !== null && !kept), release: (m) => m.nack() },
       hooks: {
         settled: (m, event, status, durationMs) => {
           this.stats[status]++;
@@ -267,9 +267,23 @@ export class PubSubConsumer implements Consumer, HealthSource {
     }
   }
 
-  /** Copies the message to the dead-letter topic (retrying until stop), then acks it. False: left for redelivery. */
-  async #deadLetter(m: Message, reason: string, event: OutboxEvent | null): Promise<boolean> {
+  /**
+   * Copies the message to the dead-letter topic (retrying until stop), then
+   * acks it. False: left for redelivery (nacked), which is also what becomes
+   * of a dead event the inbox store refused to record when there is no topic
+   * (nothing else would keep it): the subscription's own dead-letter policy,
+   * if any, takes it after `maxDeliveryAttempts`. An unreadable message, or
+   * an event no inbox can ever store, is acked with a warning, as before.
+   */
+  async #deadLetter(m: Message, reason: string, event: OutboxEvent | null, unrecorded: boolean): Promise<boolean> {
     const topic = this.#deadTopic;
+    if (topic === null && event !== null && unrecorded) {
+      this.#o.logger.error(
+        { subscription: this.#o.subscription, messageId: m.id, id: event.id, type: event.type, reason },
+        'txbox pubsub consumer: dead event the inbox could not record and deadLetterTopic is null: nacked for redelivery, never acked without a copy (set deadLetterTopic, or a dead-letter policy on the subscription)',
+      );
+      return false;
+    }
     if (topic !== null) {
       const attributes: Record<string, string> = {};
       for (const [name, value] of Object.entries(m.attributes ?? {})) if (!name.toLowerCase().startsWith('txbox-dead-')) attributes[name] = value;

@@ -105,7 +105,7 @@ export class SqsConsumer implements Consumer, HealthSource {
       batch: o.batch,
       // SQS FIFO hands out a message group's messages together: a key's run commits in one transaction.
       keyRun: 10,
-      port: { ack: (m) => this.#delete(m), deadLetter: (m, reason, event, attempts) => this.#deadLetter(m, reason, event, attempts), release: (m) => this.#release(m) },
+      port: { ack: (m) => this.#delete(m), deadLetter: (m, reason, event, attempts, kept) => this.#deadLetter(m, reason, event, attempts, kept), release: (m) => this.#release(m) },
       hooks: {
         settled: (m, event, status, durationMs) => {
           this.stats[status]++;
@@ -335,19 +335,20 @@ export class SqsConsumer implements Consumer, HealthSource {
 
   /**
    * Copies to deadLetterQueueUrl (retrying until stop) and deletes. Without
-   * one: an event dead in the inbox (its handler failed `attempts` times) is
-   * deleted, as the inbox keeps it with its reason (`txbox inbox dead`,
-   * `retry`; left in the queue it would come back as a duplicate of that dead
-   * row and be deleted anyway, a visibility timeout later, its FIFO group
-   * waiting); anything else (unreadable, refused by the inbox, received too
-   * often) is left to the queue's redrive policy.
+   * one: an event the inbox keeps as dead (its handler failed `attempts`
+   * times) is deleted, as the inbox keeps it with its reason (`txbox inbox
+   * dead`, `retry`; left in the queue it would come back as a duplicate of
+   * that dead row and be deleted anyway, a visibility timeout later, its FIFO
+   * group waiting); anything else (unreadable, refused by the queue, an event
+   * the inbox store refused to record) is left to the queue's redrive policy,
+   * never deleted: nothing else holds it.
    */
-  async #deadLetter(m: Message, reason: string, event: OutboxEvent | null, attempts: number | null): Promise<boolean> {
+  async #deadLetter(m: Message, reason: string, event: OutboxEvent | null, attempts: number | null, kept: boolean): Promise<boolean> {
     const o = this.#o;
     const client = this.#client;
     if (!client) return false;
     if (o.deadLetterQueueUrl === null) {
-      if (event !== null && attempts !== null && attempts > 0) this.#delete(m);
+      if (event !== null && attempts !== null && kept) this.#delete(m);
       return true; // otherwise visible again after its timeout; SQS moves it after maxReceiveCount
     }
     const attributes: Record<string, { DataType: string; StringValue?: string; BinaryValue?: Uint8Array }> = {};
