@@ -12,7 +12,7 @@ import { after, before, it } from 'node:test';
 import { createInbox, type RetryOptions } from 'txbox';
 import { NatsConsumer, parseNatsMessage, type NatsConsumerEvents } from 'txbox/nats';
 import { applyVersioned, inboxNames, migrateInbox, PostgresInboxAdmin, PostgresInboxStore } from 'txbox/postgres';
-import { AckPolicy, DeliverPolicy, jetstream } from '@nats-io/jetstream';
+import { AckPolicy, DeliverPolicy, jetstream, type JsMsg } from '@nats-io/jetstream';
 import { nanos } from '@nats-io/transport-node';
 import { checkDeliveries } from 'txbox/testing';
 import { JetStreamAdmin, item, itemRounds, publishAll, type TestStreams } from '../fixtures/nats-consumer-helpers.ts';
@@ -213,6 +213,54 @@ it('a message given up on unhandled is recorded dead in the inbox: an operator r
     assert.deepEqual(applied, [1, 2, 3]);
     const [view] = await db.query<{ version: string }>(`SELECT version FROM "${db.schema}".gaveup_view`);
     assert.equal(Number(view!.version), 3);
+  } finally {
+    await s.delete();
+  }
+});
+
+it('a last delivery behind a released message of its key is recorded dead, not released (JetStream would never deliver it again)', { timeout: 60_000 }, async () => {
+  s = await admin.streams();
+  try {
+    const v1 = item('lastkey', 1, { poison: true });
+    const v2 = item('lastkey', 2);
+    const transport = s.transport();
+    await transport.start();
+    await publishAll(transport, [[v1], [v2]]);
+    await transport.close();
+    // Other processes of the durable held them and died: v2 twice (its next delivery is its last, the 3rd), v1 once.
+    await admin.jsm.consumers.add(s.stream, { durable_name: 'lastdel', ack_policy: AckPolicy.Explicit, deliver_policy: DeliverPolicy.All, ack_wait: nanos(1000), max_deliver: 3, max_ack_pending: 1000 });
+    const raw = await jetstream(admin.nc).consumers.get(s.stream, 'lastdel');
+    const take = async (max: number): Promise<JsMsg[]> => {
+      const out: JsMsg[] = [];
+      for await (const m of await raw.fetch({ max_messages: max, expires: 3000 })) if (out.push(m) === max) break;
+      return out;
+    };
+    const [m1, first2] = await take(2);
+    assert.deepEqual([m1?.seq, first2?.seq], [1, 2]);
+    const keep = setInterval(() => m1!.working(), 200);
+    try {
+      await new Promise((r) => setTimeout(r, 1500));
+      const [again2] = await take(1);
+      assert.deepEqual([again2?.seq, again2?.info.deliveryCount], [2, 2]);
+    } finally {
+      clearInterval(keep);
+    }
+    // v1 is free again now, v2 only once its ack_wait ends: the consumer below gets v1 first, then v2 on its last delivery.
+    m1!.nak();
+
+    // v1 (2nd delivery) fails and waits 20 s to retry: stop() releases it, and with it its key; v2, on its last delivery, waits behind it.
+    const { inbox, calls } = poisonInbox('lastdel', { baseDelayMs: 20_000, maxDelayMs: 20_000 });
+    const consumer = new NatsConsumer({ stream: s.stream, durable: 'lastdel', inbox, maxDeliveries: 3, ackWaitMs: 1000, concurrency: 4 });
+    const released: string[] = [];
+    consumer.events.on('released', (e) => released.push(e.id));
+    await consumer.start();
+    await waitFor('both received, v1 handled', () => consumer.stats.received === 2 && calls.get(v1.id) !== undefined, 20_000);
+    await consumer.stop();
+    assert.deepEqual(released, [v1.id], 'only v1 released: v2 was on its last delivery');
+    const rows = await db.query<{ id: string; status: string; last_error: string }>(`SELECT event_id AS id, status, last_error FROM "${db.schema}".inbox WHERE consumer = 'lastdel'`);
+    const row2 = rows.find((r) => r.id === v2.id);
+    assert.equal(row2?.status, 'dead', `v2 recorded dead; rows: ${JSON.stringify(rows)}`);
+    assert.match(row2!.last_error, /delivered 3 times without an ack \(maxDeliveries 3\)/);
   } finally {
     await s.delete();
   }
