@@ -3,7 +3,7 @@ import { connect, type MsgHdrs, type NatsConnection } from '@nats-io/transport-n
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import type { OutboxEvent } from '../../core/envelope.ts';
 import { untilAborted as waitUnlessAborted } from '../../core/abort.ts';
-import { AbortedError, ConfigError } from '../../core/errors.ts';
+import { AbortedError, ConfigError, TransportError } from '../../core/errors.ts';
 import { TypedEmitter } from '../../core/emitter.ts';
 import type { PublishOutcome, Transport } from '../../core/ports.ts';
 import { AckFailure, JetStreamAcks, type AckResult } from './nats-acks.ts';
@@ -41,6 +41,8 @@ interface Session {
   readonly owned: boolean;
   /** False between a disconnect and the next reconnect. */
   connected: boolean;
+  /** Disconnects seen so far: a publish call that saw one fail its unacked events as destination-down. */
+  disconnects: number;
   stopWatching: () => void;
 }
 
@@ -155,7 +157,7 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
       await untilAborted(jsm.getAccountInfo(), signal).catch((err: unknown) => {
         throw err instanceof AbortedError ? err : jetStreamCheckFailure(err, o.serversDisplay, o.credentials, o.publishTimeoutMs);
       });
-      const session: Session = { nc, jsm, acks: new JetStreamAcks(nc), owned, connected: true, stopWatching: () => {} };
+      const session: Session = { nc, jsm, acks: new JetStreamAcks(nc), owned, connected: true, disconnects: 0, stopWatching: () => {} };
       this.#watch(session);
       this.#session?.stopWatching();
       this.#session?.acks.close(new AckFailure('JetStreamError', 'the NATS connection was replaced before the ack'));
@@ -173,7 +175,10 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
     session.stopWatching = () => (statuses as { stop?: () => void }).stop?.();
     void (async () => {
       for await (const s of statuses) {
-        if (s.type === 'disconnect') session.connected = false;
+        if (s.type === 'disconnect') {
+          session.connected = false;
+          session.disconnects++;
+        }
         else if (s.type === 'reconnect') session.connected = true;
         else if (s.type === 'close') session.connected = false;
         // A publish the server refused (permissions) gets no ack: fail the waiting publishes to that subject now.
@@ -200,6 +205,7 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
       return events.map(() => outcome);
     }
     const o = this.#options;
+    const disconnects = session.disconnects;
     const outcomes = new Array<PublishOutcome | Promise<PublishOutcome> | undefined>(events.length);
     const tokens = new Map<string, number>();
     const routeChecks = new Map<string, Promise<'none' | 'found' | 'unknown'>>();
@@ -214,7 +220,7 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
       }
       waiting++;
       const settle = (result: AckResult): void => {
-        outcomes[i] = this.#outcome(session, events[i]!, prepared.ctx, prepared.subject, result, routeChecks);
+        outcomes[i] = this.#outcome(session, events[i]!, prepared.ctx, prepared.subject, result, routeChecks, disconnects);
         if (--waiting === 0) allAcked();
       };
       tokens.set(session.acks.publish(prepared.subject, prepared.body, encodedHeaders(prepared.headers), settle), i);
@@ -264,12 +270,25 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
   }
 
   /** The outcome of one publish from its ack or failure; a failure that may mean "no stream captures the subject" is checked with JetStream. */
-  #outcome(session: Session, event: OutboxEvent, ctx: PublishFailureContext, subject: string, result: AckResult, routeChecks: Map<string, Promise<'none' | 'found' | 'unknown'>>): PublishOutcome | Promise<PublishOutcome> {
+  #outcome(
+    session: Session,
+    event: OutboxEvent,
+    ctx: PublishFailureContext,
+    subject: string,
+    result: AckResult,
+    routeChecks: Map<string, Promise<'none' | 'found' | 'unknown'>>,
+    disconnects: number,
+  ): PublishOutcome | Promise<PublishOutcome> {
     if (result.ok) {
       if (result.ack.duplicate) this.emit('duplicate', { id: event.id, stream: result.ack.stream, seq: result.ack.seq });
       return ACK;
     }
     const failure = classifyPublishError(result.error, ctx);
+    // The connection went down during the call (nats.js buffers a publish while it reconnects, so it ends as an ack
+    // timeout): destination-down, so the relay pauses the destination instead of spending the events' attempts.
+    if (failure.error.kind === 'retriable' && (!session.connected || session.disconnects !== disconnects)) {
+      return { ok: false, error: new TransportError('destination-down', `the NATS connection was down or reconnecting: ${failure.error.message}`, { cause: result.error }) };
+    }
     if (!failure.checkRoute || !session.connected) return { ok: false, error: failure.error };
     let check = routeChecks.get(subject);
     if (!check) routeChecks.set(subject, (check = this.#streamFor(session, subject)));
