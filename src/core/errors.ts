@@ -14,7 +14,8 @@ export type TxboxErrorCode =
   | 'TXBOX_ABORTED'
   | 'TXBOX_NOT_IN_TRANSACTION'
   | 'TXBOX_ROLLED_BACK'
-  | 'TXBOX_HANDLER_TIMEOUT';
+  | 'TXBOX_HANDLER_TIMEOUT'
+  | 'TXBOX_QUERY_TIMEOUT';
 import { thrownText } from './error-text.ts';
 
 export class TxboxError extends Error {
@@ -153,6 +154,19 @@ export function abandonsConnection(err: unknown): boolean {
     if (e instanceof HandlerTimeoutError) return true;
   }
   return false;
+}
+
+/**
+ * A statement txbox sent got no answer within its bound (e.g. the relay
+ * store's `statementTimeoutMs`): the server or the network went silent. Its
+ * connection was dropped. An outage, not a verdict on the data: retried.
+ */
+export class QueryTimeoutError extends TxboxError {
+  readonly timeoutMs: number;
+  constructor(timeoutMs: number) {
+    super('TXBOX_QUERY_TIMEOUT', `the database did not answer within ${timeoutMs} ms; the connection was dropped`);
+    this.timeoutMs = timeoutMs;
+  }
 }
 
 export class AbortedError extends TxboxError {

@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { scrubErrorText } from '../core/error-text.ts';
+import { untilAborted } from '../core/abort.ts';
 import { classifyStoreError, mysqlErrno } from '../core/store-errors.ts';
 import type { Completion, RelayStore } from '../core/ports.ts';
 
@@ -94,13 +95,15 @@ export async function completeIsolating(completions: readonly Completion[], ctx:
 
 async function tryComplete(part: readonly Completion[], ctx: CompleteContext, result: { applied: number; rejected: number; completed: Completion[] }): Promise<unknown> {
   try {
-    const { applied, rejected } = await ctx.store.complete(ctx.relayId, part);
+    // At stop, past stopTimeoutMs, a mark the database does not answer is not waited for (its events are
+    // published again by whoever holds their buckets next: at-least-once); closing the store waits for it, bounded.
+    const { applied, rejected } = await untilAborted(ctx.store.complete(ctx.relayId, part), ctx.signal);
     result.applied += applied;
     result.rejected += rejected;
     result.completed.push(...part);
     return undefined;
   } catch (err) {
-    ctx.onError(err as Error);
+    if (!ctx.signal.aborted) ctx.onError(err as Error);
     return err;
   }
 }

@@ -345,15 +345,18 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
       try {
         // While the previous batch is being marked its rows are still pending: only a claim that
         // knows to leave them (and every later row of their keys) out may run; else wait for the mark.
-        events = marking.current === null ? null : await store.claimWhileMarking!(leases, options);
+        // A claim that hangs (a silent database, until the store's statement timeout) must not hold up
+        // stop() beyond stopTimeoutMs: it only reads, so it is left to end by itself.
+        events = marking.current === null ? null : await untilAborted(store.claimWhileMarking!(leases, options), this.#stopNow.signal);
         if (events === null) {
           await marking.current;
-          events = await store.claim(leases, options);
+          events = await untilAborted(store.claim(leases, options), this.#stopNow.signal);
         }
         failures = 0;
         this.#health.dbOk();
         this.#metrics?.claimed(events.length, (performance.now() - claimStarted) / 1000);
       } catch (err) {
+        if (this.#stopNow.signal.aborted) break;
         this.#health.dbFailed(err);
         this.emit('error', { phase: 'claim', error: err as Error });
         await sleep(Math.min(5000, 200 * 2 ** failures++), undefined, { signal }).catch(() => {});

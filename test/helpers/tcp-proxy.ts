@@ -15,6 +15,13 @@ export interface TcpProxy {
   readonly held: number;
   /** Cuts every connection, keeps accepting new ones. */
   cut(): void;
+  /**
+   * Every connection open now stops forwarding, both ways and for good, without
+   * being closed: a NAT or firewall that lost their state, a host gone with
+   * the network still up. Bytes sent on them are swallowed. New connections
+   * are forwarded (or held, after `hold()`).
+   */
+  silence(): void;
 }
 
 export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<TcpProxy> {
@@ -35,6 +42,8 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
     await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
     port = (server.address() as AddressInfo).port;
   };
+  /** Forwarding stops for the connections of these sockets. */
+  const silent = new Set<Socket>();
   const forward = (client: Socket): void => {
     const upstream = connect(targetPort, targetHost);
     sockets.add(client).add(upstream);
@@ -43,10 +52,17 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
       upstream.destroy();
       sockets.delete(client);
       sockets.delete(upstream);
+      silent.delete(client);
     };
     client.on('error', drop).on('close', drop);
     upstream.on('error', drop).on('close', drop);
-    client.pipe(upstream).pipe(client);
+    // Not pipe(): silence() must stop a connection without pausing its sender (bytes are swallowed, as by a black hole).
+    client.on('data', (chunk: Buffer) => {
+      if (!silent.has(client)) upstream.write(chunk);
+    });
+    upstream.on('data', (chunk: Buffer) => {
+      if (!silent.has(client)) client.write(chunk);
+    });
   };
   await listen();
   return {
@@ -72,6 +88,10 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
     cut: () => {
       for (const s of sockets) s.destroy();
       sockets.clear();
+    },
+    silence: () => {
+      for (const s of sockets) silent.add(s);
+      for (const c of held) silent.add(c);
     },
   };
 }

@@ -76,3 +76,24 @@ it('a stop while it reconnects leaves no LISTEN session, even when the server an
   await new Promise((r) => setTimeout(r, 1500));
   assert.equal(await sessions(app), 0, 'a LISTEN session outlived the stop');
 });
+
+it('hears notifications again when its connection goes silent (no answer, never closed)', { timeout: 30_000 }, async () => {
+  const app = `txbox-listen-${randomBytes(4).toString('hex')}`;
+  const connection = pgConnection({ connectionString: urlThroughProxy(app), listenPingMs: 300 });
+  let notified = 0;
+  const unlisten = await connection.listen!('txbox_listen_test', () => notified++);
+  try {
+    proxy.silence();
+    // The ping finds the silent connection, and a new one LISTENs (caught up with a wake-up of its own).
+    const before = notified;
+    await waitFor('the wake-up of the new LISTEN connection', () => Promise.resolve(notified > before), 10_000, 20);
+    const after = notified;
+    await admin.query(`NOTIFY txbox_listen_test`);
+    await waitFor('a notification on the new connection', () => Promise.resolve(notified > after), 5000, 20);
+  } finally {
+    const closing = performance.now();
+    await unlisten();
+    await connection.close();
+    assert.ok(performance.now() - closing < 5000, 'closing waited on the silent connection');
+  }
+});

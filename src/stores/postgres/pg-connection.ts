@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { abandonsConnection, ConfigError, TransactionRolledBackError } from '../../core/errors.ts';
+import { abandonsConnection, ConfigError, QueryTimeoutError, TransactionRolledBackError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import { silentLogger } from '../../core/logger.ts';
 import type { PostgresConnection } from './postgres-connection.ts';
@@ -20,6 +20,21 @@ export interface PgConnectionOptions {
    * Longer than 63 characters is cut to 63, as PostgreSQL would. Default: `txbox`.
    */
   readonly applicationName?: string;
+  /**
+   * When txbox opens the pool: how long getting a connection may take (a new
+   * one's connect and login, or the wait for a free one), after which the
+   * statement fails and a connect still pending is destroyed, so that a
+   * server gone silent cannot hold the pool's slots. With `pool`, set pg's
+   * `connectionTimeoutMillis` (and `keepAlive`) on it yourself. Default: 15000 ms.
+   */
+  readonly connectTimeoutMs?: number;
+  /**
+   * How often the LISTEN connection (the relay's wake-up by NOTIFY) checks
+   * that its server still answers (a `SELECT 1`, given at most 10 s): it only
+   * receives, so a server gone silent would leave it deaf, and the relay
+   * waking by polls only. Default: 15000 ms.
+   */
+  readonly listenPingMs?: number;
   readonly logger?: Logger;
 }
 
@@ -32,9 +47,23 @@ function applicationName(name: string | undefined): string {
   return name.slice(0, 63);
 }
 
+function connectTimeoutMs(value: number | undefined): number {
+  if (value === undefined) return 15_000;
+  if (!Number.isSafeInteger(value) || value < 100) throw new ConfigError('connectTimeoutMs', `must be a whole number of milliseconds >= 100, got ${String(value)}`);
+  return value;
+}
+
+function listenPingMs(value: number | undefined): number {
+  if (value === undefined) return 15_000;
+  if (!Number.isSafeInteger(value) || value < 100) throw new ConfigError('listenPingMs', `must be a whole number of milliseconds >= 100, got ${String(value)}`);
+  return value;
+}
+
 /** Builds a PostgresConnection over a `pg` Pool (yours or one txbox opens). */
 export function pgConnection(options: PgConnectionOptions): PostgresConnection {
   const logger = options.logger ?? silentLogger;
+  const pingEveryMs = listenPingMs(options.listenPingMs);
+  const pingTimeoutMs = Math.min(LISTEN_PING_TIMEOUT_MS, pingEveryMs);
   let owned = false;
   let pool: pg.Pool;
   if (options.pool) {
@@ -47,14 +76,28 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
       valid = false;
     }
     if (!valid) throw new ConfigError('databaseUrl', 'must be a postgres:// or postgresql:// URL, e.g. postgres://user@127.0.0.1:5432/app');
-    // pg lets the URL's own parameters (application_name among them) override these.
-    pool = new pg.Pool({ connectionString: options.connectionString, max: options.maxConnections ?? 4, application_name: applicationName(options.applicationName) });
+    // pg lets the URL's own parameters (application_name among them) override these. TCP keepalive
+    // finds an idle connection whose server is gone (it would not know until it sent something).
+    pool = new pg.Pool({
+      connectionString: options.connectionString,
+      max: options.maxConnections ?? 4,
+      application_name: applicationName(options.applicationName),
+      keepAlive: true,
+      keepAliveInitialDelayMillis: KEEPALIVE_IDLE_MS,
+      connectionTimeoutMillis: connectTimeoutMs(options.connectTimeoutMs),
+    });
     owned = true;
   } else {
     throw new ConfigError('databaseUrl', 'is required: pass a pg Pool or a connection string (TXBOX_DATABASE_URL for the CLI)');
   }
   // An idle client that loses its server emits on the pool; without a handler the process would crash.
   pool.on('error', (err) => logger.warn({ err: err.message }, 'txbox: idle database connection failed'));
+  // A client whose statement timed out still waits for that answer (pg queues the next statements
+  // behind it): the pool drops it (pool.query releases it with the error) and its socket is destroyed
+  // now, not when TCP gives up on a silent server.
+  pool.on('release', (err: Error | undefined, client: pg.PoolClient) => {
+    if (err !== undefined && (isReadTimeout(err) || abandonsConnection(err))) destroySocket(client);
+  });
   const listeners = new Set<pg.Client>();
   /** LISTEN clients still connecting: a stop destroys their sockets (end() would wait for a server that may never answer). */
   const connecting = new Set<pg.Client>();
@@ -64,11 +107,19 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
   // a pool of yours keeps its own parsers (its clients may have set some).
   const types = owned ? relayTypes() : undefined;
   return {
-    query: async <R>(text: string, params?: unknown[], name?: string) => {
+    query: async <R>(text: string, params?: unknown[], name?: string, timeoutMs?: number) => {
       const values = params === undefined ? [] : preparedParams(params);
-      const config: pg.QueryConfig = name === undefined ? { text, values } : { name, text, values };
+      const config: pg.QueryConfig & { query_timeout?: number } = name === undefined ? { text, values } : { name, text, values };
       if (types !== undefined) config.types = types as pg.CustomTypesConfig;
-      return (await pool.query(config)) as unknown as { rows: R[] };
+      if (timeoutMs === undefined) return (await pool.query(config)) as unknown as { rows: R[] };
+      // pg's read timeout: its client is released with the error, so the pool drops it (above).
+      config.query_timeout = timeoutMs;
+      try {
+        return (await pool.query(config)) as unknown as { rows: R[] };
+      } catch (err) {
+        if (isReadTimeout(err)) throw new QueryTimeoutError(timeoutMs);
+        throw err;
+      }
     },
     async transaction(fn) {
       const client = await pool.connect();
@@ -84,7 +135,8 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
       } catch (err) {
         // Code still running may use this client (an abandoned handler): destroyed, never pooled
         // again; the server rolls the transaction back when the connection closes.
-        if (abandonsConnection(err)) discard = err as Error;
+        // A statement that timed out holds the client too: pg queues the ROLLBACK behind its answer.
+        if (abandonsConnection(err) || isReadTimeout(err)) discard = err as Error;
         else await client.query('ROLLBACK').catch(() => {});
         throw err;
       } finally {
@@ -113,6 +165,21 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
         attempt = c;
         connecting.add(c);
         c.on('notification', () => onNotify());
+        // A LISTEN connection only receives: a server gone silent would leave it deaf for good
+        // (notifications lost, the relay waiting for polls). A ping now and then finds out.
+        const ping = setInterval(() => {
+          if (c !== client) return;
+          c.query({ text: 'SELECT 1', query_timeout: pingTimeoutMs } as pg.QueryConfig).catch((err: Error) => {
+            if (c !== client) return;
+            client = undefined;
+            listeners.delete(c);
+            abandon(c);
+            logger.warn({ err: err.message }, 'txbox: LISTEN connection does not answer; polling until it is back');
+            schedule(1000);
+          });
+        }, pingEveryMs);
+        ping.unref();
+        c.once('end', () => clearInterval(ping));
         c.on('error', (err) => {
           listeners.delete(c);
           c.end().catch(() => {});
@@ -125,6 +192,7 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
           await c.connect();
           await c.query(`LISTEN "${channel}"`);
         } catch (err) {
+          clearInterval(ping);
           abandon(c);
           throw err;
         } finally {
@@ -132,7 +200,8 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
           if (attempt === c) attempt = undefined;
         }
         if (stopped) {
-          await c.end().catch(() => {});
+          clearInterval(ping);
+          await endOrAbandon(c);
           return;
         }
         listeners.add(c);
@@ -152,17 +221,45 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
         if (attempt) abandon(attempt);
         if (client) {
           listeners.delete(client);
-          await client.end().catch(() => {});
+          await endOrAbandon(client);
         }
       };
     },
     async close() {
       for (const c of connecting) abandon(c);
-      for (const c of listeners) await c.end().catch(() => {});
+      for (const c of listeners) await endOrAbandon(c);
       listeners.clear();
       if (owned) await pool.end();
     },
   };
+}
+
+/** How long an idle connection txbox opened waits before TCP keepalive probes start. */
+const KEEPALIVE_IDLE_MS = 10_000;
+const LISTEN_PING_TIMEOUT_MS = 10_000;
+/** How long ending a client may wait for the server's goodbye before its socket is destroyed. */
+const END_WAIT_MS = 2000;
+
+/** pg's own error when a statement with `query_timeout` gets no answer in time. */
+function isReadTimeout(err: unknown): boolean {
+  return err instanceof Error && err.message === 'Query read timeout';
+}
+
+function destroySocket(c: pg.ClientBase): void {
+  (c as unknown as { connection?: { stream?: { destroy?: () => void } } }).connection?.stream?.destroy?.();
+}
+
+/** Ends a client, or destroys its socket when the server does not answer the goodbye in time (a silent server). */
+async function endOrAbandon(c: pg.Client): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<void>((resolve) => {
+    timer = setTimeout(() => {
+      destroySocket(c);
+      resolve();
+    }, END_WAIT_MS);
+  });
+  await Promise.race([c.end().catch(() => {}), late]);
+  clearTimeout(timer);
 }
 
 /**
@@ -173,5 +270,5 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
  */
 function abandon(c: pg.Client): void {
   c.end().catch(() => {});
-  (c as unknown as { connection?: { stream?: { destroy?: () => void } } }).connection?.stream?.destroy?.();
+  destroySocket(c);
 }

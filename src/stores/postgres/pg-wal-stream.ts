@@ -1,6 +1,7 @@
 // pg is loaded when a stream opens, not with this module: txbox/pglite re-exports the
 // relay store, which must import without pg installed.
 import type pg from 'pg';
+import { performance } from 'node:perf_hooks';
 import { thrownText } from '../../core/error-text.ts';
 
 /**
@@ -32,6 +33,13 @@ export interface WalStreamOptions {
   readonly confirmEveryMs?: number;
   /** Aborts the opening (creating a slot waits for the transactions open on the server). */
   readonly signal?: AbortSignal;
+  /**
+   * After this long without a byte from the server the stream asks it for a
+   * keepalive; after twice this long it is ended as lost (`onEnd`): a server
+   * or network gone silent would otherwise leave it deaf until TCP gives up
+   * (about 15 minutes). Default: 10000 ms.
+   */
+  readonly silenceMs?: number;
 }
 
 /** One committed transaction that inserted outbox rows, as the stream read it. */
@@ -163,10 +171,13 @@ export async function openWalStream(options: WalStreamOptions): Promise<WalStrea
   // Until the opening returns, an end is the opening's failure (it rejects), not onEnd's.
   let opening = true;
   let endedWhileOpening: Error | undefined;
+  let heardAt = performance.now();
+  let watch: NodeJS.Timeout | undefined;
   const end = (err: Error): void => {
     if (ended) return;
     ended = true;
     clearTimeout(timer);
+    clearInterval(watch);
     if (opening) endedWhileOpening = err;
     else if (!closed) options.onEnd(err);
     client.end().catch(() => {});
@@ -179,6 +190,7 @@ export async function openWalStream(options: WalStreamOptions): Promise<WalStrea
   let keys: Uint8Array[] | null = [];
   let seqs: number[] = [];
   connection.on('copyData', ({ chunk }) => {
+    heardAt = performance.now();
     // This runs in the socket's data handler: anything thrown here (a message cut short, a callback's
     // error) would be an uncaught exception. It ends the stream instead, and the relay falls back.
     try {
@@ -250,6 +262,19 @@ export async function openWalStream(options: WalStreamOptions): Promise<WalStrea
     () => end(new Error('replication stream ended')),
     (err: Error) => end(err),
   );
+  // The server sends keepalives on its own only every wal_sender_timeout / 2 (30 s by default); a
+  // reply request gets one at once. No answer to it: the connection is gone (its socket destroyed:
+  // end() would wait for a goodbye that never comes).
+  const silenceMs = options.silenceMs ?? 10_000;
+  heardAt = performance.now();
+  watch = setInterval(() => {
+    const quietMs = performance.now() - heardAt;
+    if (quietMs >= 2 * silenceMs) {
+      end(new Error(`the replication connection sent nothing for ${Math.round(quietMs)} ms, not even an answer to a keepalive request`));
+      destroySocket(client);
+    } else if (quietMs >= silenceMs) confirm(true);
+  }, Math.max(10, Math.floor(silenceMs / 2)));
+  watch.unref();
   return {
     confirmedLsn: () => lsnText(confirmed),
     commits: () => commits,
@@ -257,8 +282,24 @@ export async function openWalStream(options: WalStreamOptions): Promise<WalStrea
       if (closed) return;
       closed = true;
       clearTimeout(timer);
+      clearInterval(watch);
       ended = true;
-      await client.end().catch(() => {});
+      // A silent server never answers the goodbye: its socket is destroyed after a short wait.
+      let late: NodeJS.Timeout | undefined;
+      await Promise.race([
+        client.end().catch(() => {}),
+        new Promise<void>((resolve) => {
+          late = setTimeout(() => {
+            destroySocket(client);
+            resolve();
+          }, 2000);
+        }),
+      ]);
+      clearTimeout(late);
     },
   };
+}
+
+function destroySocket(client: pg.Client): void {
+  (client as unknown as { connection?: { stream?: { destroy?: () => void } } }).connection?.stream?.destroy?.();
 }

@@ -11,8 +11,14 @@ export interface PostgresConnection extends SqlExecutor {
    * `name`: run as a named prepared statement, parsed and planned once per
    * connection, where the driver has them (node-postgres); others ignore it.
    * Only for fixed statement texts: each name is kept by every connection.
+   * `timeoutMs`: how long to wait for the answer; then the call rejects with
+   * a `QueryTimeoutError` and the connection is dropped, never reused (its
+   * statement may still run; the server ends it when it notices the closed
+   * connection). Without it, a connection whose server went silent (a host
+   * gone, a firewall that dropped the connection's state) waits until TCP
+   * gives up, about 15 minutes on Linux. In-process databases (PGlite) ignore it.
    */
-  query<R = Record<string, unknown>>(text: string, params?: unknown[], name?: string): Promise<{ rows: R[] }>;
+  query<R = Record<string, unknown>>(text: string, params?: unknown[], name?: string, timeoutMs?: number): Promise<{ rows: R[] }>;
   /** Runs `fn` in a transaction on one connection; commits when it resolves, rolls back when it throws. */
   transaction<T>(fn: (tx: SqlExecutor) => Promise<T>): Promise<T>;
   /** Calls `onNotify` for each notification on `channel`; resolves with a function that stops listening. */
@@ -25,4 +31,20 @@ export interface PostgresConnection extends SqlExecutor {
   replicationConfig?(): Record<string, unknown>;
   /** Closes what this connection opened (not a pool or instance passed in by the caller). */
   close(): Promise<void>;
+}
+
+/**
+ * `connection` with `timeoutMs` on every `query` that names none: for a
+ * component's own statements (the relay store's), so that none waits longer
+ * on a silent server. Transactions, LISTEN and close are the connection's own.
+ */
+export function boundedConnection(connection: PostgresConnection, timeoutMs: number): PostgresConnection {
+  const bounded: PostgresConnection = {
+    query: (text, params, name, ms) => connection.query(text, params, name, ms ?? timeoutMs),
+    transaction: (fn) => connection.transaction(fn),
+    listen: (channel, onNotify) => connection.listen(channel, onNotify),
+    close: () => connection.close(),
+  };
+  if (connection.replicationConfig) return { ...bounded, replicationConfig: () => connection.replicationConfig!() };
+  return bounded;
 }

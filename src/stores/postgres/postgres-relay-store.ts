@@ -9,7 +9,7 @@ import { WalClaimTargets } from './postgres-wal-targets.ts';
 import type { WalCommit } from './pg-wal-stream.ts';
 import { walSlots } from './postgres-wal.ts';
 import { pruneOnce } from './postgres-admin.ts';
-import type { PostgresConnection } from './postgres-connection.ts';
+import { boundedConnection, type PostgresConnection } from './postgres-connection.ts';
 import { statementName } from './prepared.ts';
 import {
   claimSeqsSql,
@@ -69,6 +69,15 @@ export interface PostgresRelayStoreOptions extends PostgresNamesOptions {
    * relay that had the bucket before (docs/wal.md). Default: 1000 ms.
    */
   readonly walFullClaimEveryMs?: number;
+  /**
+   * The longest the relay waits for the answer to one of its statements
+   * (claims, marks, lease renewals, retention). Past it the statement fails
+   * as an outage (retried) and its connection is dropped, so that a database
+   * gone silent (a host lost, a firewall that dropped the connections' state)
+   * holds nothing up: TCP alone would take about 15 minutes to notice. Lease
+   * renewals wait at most the lease TTL. Ignored by PGlite. Default: 30000 ms.
+   */
+  readonly statementTimeoutMs?: number;
   /** For the WAL mode's warnings. Default: silent. */
   readonly logger?: Logger;
   /**
@@ -161,6 +170,14 @@ function resolveReleaseHeldEveryMs(value: number | undefined): number {
   return value;
 }
 
+function resolveStatementTimeoutMs(value: number | undefined): number {
+  if (value === undefined) return 30_000;
+  if (!Number.isSafeInteger(value) || value < 100) {
+    throw new ConfigError('statementTimeoutMs', `must be a whole number of milliseconds >= 100, got ${String(value)}`);
+  }
+  return value;
+}
+
 function resolveFullClaimEveryMs(value: number | undefined): number {
   if (value === undefined) return 1000;
   if (!Number.isSafeInteger(value) || value < 1) {
@@ -185,6 +202,7 @@ const OUTCOME_CODE = { published: 0, retry: 1, park: 2, defer: 3 } as const;
 export class PostgresRelayStore implements RelayStore {
   readonly names: PostgresNames;
   readonly #db: PostgresConnection;
+  readonly #timeoutMs: number;
   readonly #sql: {
     heartbeat: string;
     lease: string;
@@ -230,7 +248,8 @@ export class PostgresRelayStore implements RelayStore {
 
   constructor(options: PostgresRelayStoreOptions) {
     this.names = postgresNames(options);
-    this.#db = options.connection;
+    this.#timeoutMs = resolveStatementTimeoutMs(options.statementTimeoutMs);
+    this.#db = boundedConnection(options.connection, this.#timeoutMs);
     if (options.wake !== undefined && options.wake !== 'notify' && options.wake !== 'wal') {
       throw new ConfigError('wake', `must be 'notify' or 'wal', got ${JSON.stringify(options.wake)}`);
     }
@@ -288,7 +307,7 @@ export class PostgresRelayStore implements RelayStore {
       relay.ratePerMinute,
       ttlMs,
       JSON.stringify(relay.circuits ?? []),
-    ]);
+    ], undefined, Math.min(this.#timeoutMs, ttlMs));
     const r = rows[0]!;
     return { liveRelays: r.live, bucketCount: r.bucket_count, nextForeignExpiryMs: r.next_foreign_expiry_ms === null ? null : Number(r.next_foreign_expiry_ms) };
   }
@@ -300,7 +319,7 @@ export class PostgresRelayStore implements RelayStore {
       held.map((l) => l.token),
       ttlMs,
       Math.max(0, acquire),
-    ]);
+    ], undefined, Math.min(this.#timeoutMs, ttlMs));
     // One store serving two relays would mix their leases: then wake by every held bucket.
     this.#leasers.add(relayId);
     const mine = new Uint8Array(256);
