@@ -1,5 +1,5 @@
 import type { Pool, PoolConnection, PoolOptions } from 'mysql2/promise';
-import { abandonsConnection, ConfigError, TransactionRolledBackError } from '../../core/errors.ts';
+import { abandonsConnection, ConfigError, QueryTimeoutError, TransactionRolledBackError } from '../../core/errors.ts';
 
 /**
  * The caller's transaction on MySQL or MariaDB: a `mysql2/promise`
@@ -13,10 +13,18 @@ export interface MysqlExecutor {
 
 /** What the MySQL backend needs from a database handle it owns: autocommit queries, a transaction, a dedicated connection. */
 export interface MysqlConnection {
-  /** Runs one statement in autocommit; resolves with its rows (or the result header for writes). */
-  query<R = Record<string, unknown>>(sql: string, values?: unknown[]): Promise<R[]>;
-  /** Runs `fn` in a transaction on one connection; commits when it resolves, rolls back when it throws. */
-  transaction<T>(fn: (tx: PoolConnection) => Promise<T>): Promise<T>;
+  /**
+   * Runs one statement in autocommit; resolves with its rows (or the result header for writes).
+   * `timeoutMs`: how long to wait for the answer; then the call rejects with a `QueryTimeoutError`
+   * and the connection is destroyed, never reused (a server gone silent would otherwise hold the
+   * call until TCP gives up, about 15 minutes).
+   */
+  query<R = Record<string, unknown>>(sql: string, values?: unknown[], timeoutMs?: number): Promise<R[]>;
+  /**
+   * Runs `fn` in a transaction on one connection; commits when it resolves, rolls back when it throws.
+   * `timeoutMs` bounds the whole transaction as `query`'s bounds its statement (the server rolls back).
+   */
+  transaction<T>(fn: (tx: PoolConnection) => Promise<T>, timeoutMs?: number): Promise<T>;
   /** Runs `fn` on one connection, outside a transaction (GET_LOCK is per connection). */
   withConnection<T>(fn: (conn: PoolConnection) => Promise<T>): Promise<T>;
   /** Ends the pool if this handle created it. */
@@ -48,25 +56,46 @@ export async function mysqlConnection(options: MysqlConnectionOptions): Promise<
   }
   const p = pool;
   return {
-    async query<R>(sql: string, values?: unknown[]) {
-      const [rows] = await p.query(sql, values);
-      return rows as unknown as R[];
+    async query<R>(sql: string, values?: unknown[], timeoutMs?: number) {
+      if (timeoutMs === undefined) {
+        const [rows] = await p.query(sql, values);
+        return rows as unknown as R[];
+      }
+      const conn = await p.getConnection();
+      let gone = false;
+      try {
+        const [rows] = await bounded(conn, timeoutMs, () => conn.query(sql, values));
+        return rows as unknown as R[];
+      } catch (err) {
+        gone = err instanceof QueryTimeoutError;
+        throw err;
+      } finally {
+        if (!gone) conn.release();
+      }
     },
-    async transaction(fn) {
+    async transaction(fn, timeoutMs) {
       const conn = await p.getConnection();
       let discard = false;
+      const run = async () => {
+        try {
+          await conn.beginTransaction();
+          const guarded = guardRollback(conn);
+          const out = await fn(guarded.tx);
+          if (guarded.rolledBack()) throw rolledBackError();
+          await conn.commit();
+          return out;
+        } catch (err) {
+          // Code still running may use this connection (an abandoned handler): destroyed, never pooled
+          // again; the server rolls the transaction back when the connection closes.
+          discard = abandonsConnection(err) || err instanceof QueryTimeoutError;
+          if (!discard) await conn.rollback().catch(() => {});
+          throw err;
+        }
+      };
       try {
-        await conn.beginTransaction();
-        const guarded = guardRollback(conn);
-        const out = await fn(guarded.tx);
-        if (guarded.rolledBack()) throw rolledBackError();
-        await conn.commit();
-        return out;
+        return timeoutMs === undefined ? await run() : await bounded(conn, timeoutMs, run);
       } catch (err) {
-        // Code still running may use this connection (an abandoned handler): destroyed, never pooled
-        // again; the server rolls the transaction back when the connection closes.
-        discard = abandonsConnection(err);
-        if (!discard) await conn.rollback().catch(() => {});
+        if (err instanceof QueryTimeoutError) discard = true;
         throw err;
       } finally {
         if (discard) conn.destroy();
@@ -85,6 +114,45 @@ export async function mysqlConnection(options: MysqlConnectionOptions): Promise<
       if (owned) await p.end();
     },
   };
+}
+
+/**
+ * `connection` with `timeoutMs` on every `query` and `transaction` that names
+ * none: for a component's own statements (the relay store's).
+ */
+export function boundedMysqlConnection(connection: MysqlConnection, timeoutMs: number): MysqlConnection {
+  return {
+    query: (sql, values, ms) => connection.query(sql, values, ms ?? timeoutMs),
+    transaction: (fn, ms) => connection.transaction(fn, ms ?? timeoutMs),
+    withConnection: (fn) => connection.withConnection(fn),
+    close: () => connection.close(),
+  };
+}
+
+/**
+ * Runs `work` on `conn`; when it has not settled after `timeoutMs`, destroys
+ * the connection (which also ends what is waiting on it) and rejects with a
+ * `QueryTimeoutError`. On a timeout the connection is gone: release nothing.
+ */
+async function bounded<T>(conn: PoolConnection, timeoutMs: number, work: () => Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  let timedOut = false;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      timedOut = true;
+      conn.destroy();
+      reject(new QueryTimeoutError(timeoutMs));
+    }, timeoutMs);
+  });
+  const running = work();
+  running.catch(() => {}); // after a timeout its error (the destroyed connection) is not news
+  try {
+    return await Promise.race([running, late]);
+  } catch (err) {
+    throw timedOut ? new QueryTimeoutError(timeoutMs) : err;
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** SERVER_STATUS_IN_TRANS in the server's OK packet. */

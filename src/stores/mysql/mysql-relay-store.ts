@@ -1,7 +1,7 @@
 import type { StoredEvent } from '../../core/envelope.ts';
 import { ConfigError } from '../../core/errors.ts';
 import type { BucketLease, ClaimOptions, Completion, OutboxGauges, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
-import type { MysqlConnection } from './mysql-connection.ts';
+import { boundedMysqlConnection, type MysqlConnection } from './mysql-connection.ts';
 import { deadlockRetry } from './mysql-errors.ts';
 import { claimSql, deleteFinishedSql, mysqlNames, NOW, type MysqlNames, type MysqlNamesOptions } from './mysql-sql.ts';
 
@@ -14,6 +14,13 @@ export interface MysqlRelayStoreOptions extends MysqlNamesOptions {
    * deletes the row rather than marking it). Default: false.
    */
   readonly deleteOnPublish?: boolean;
+  /**
+   * The longest the relay waits for one of its statements or transactions
+   * (claims, marks, lease renewals, retention); past it the call fails as an
+   * outage (retried) and its connection is destroyed, so that a database gone
+   * silent holds nothing up. Lease renewals wait at most the lease TTL. Default: 30000 ms.
+   */
+  readonly statementTimeoutMs?: number;
 }
 
 const BUCKETS = 256;
@@ -80,6 +87,7 @@ const marks = (k: number): string => Array.from({ length: k }, () => '?').join('
 export class MysqlRelayStore implements RelayStore {
   readonly names: MysqlNames;
   readonly #db: MysqlConnection;
+  readonly #timeoutMs: number;
   readonly #deleteOnPublish: boolean;
 
   constructor(options: MysqlRelayStoreOptions) {
@@ -88,7 +96,12 @@ export class MysqlRelayStore implements RelayStore {
       throw new ConfigError('deleteOnPublish', `must be true or false, got ${JSON.stringify(options.deleteOnPublish)}`);
     }
     this.names = mysqlNames(options);
-    this.#db = options.connection;
+    const timeoutMs = options.statementTimeoutMs ?? 30_000;
+    if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 100) {
+      throw new ConfigError('statementTimeoutMs', `must be a whole number of milliseconds >= 100, got ${String(options.statementTimeoutMs)}`);
+    }
+    this.#timeoutMs = timeoutMs;
+    this.#db = boundedMysqlConnection(options.connection, timeoutMs);
     this.#deleteOnPublish = options.deleteOnPublish ?? false;
   }
 
@@ -101,11 +114,13 @@ export class MysqlRelayStore implements RelayStore {
        ON DUPLICATE KEY UPDATE host = VALUES(host), pid = VALUES(pid), in_flight = VALUES(in_flight), published_total = VALUES(published_total),
          rate_per_minute = VALUES(rate_per_minute), ttl_ms = VALUES(ttl_ms), circuits = VALUES(circuits), heartbeat_at = ${NOW}, left_at = NULL`,
       [relay.relayId, relay.host, relay.pid, relay.inFlight, relay.publishedTotal, Math.round(relay.ratePerMinute), Math.round(ttlMs), JSON.stringify(relay.circuits ?? [])],
+      Math.min(this.#timeoutMs, ttlMs),
     );
     const [row] = await this.#db.query<{ live: string | number; next_ms: string | number | null }>(
       `SELECT (SELECT count(*) FROM ${n.relays} WHERE left_at IS NULL AND heartbeat_at + INTERVAL ttl_ms * 1000 MICROSECOND > ${NOW}) AS live,
               (SELECT TIMESTAMPDIFF(MICROSECOND, ${NOW}, MIN(lease_until)) / 1000 FROM ${n.buckets} WHERE owner <> ? AND lease_until > ${NOW}) AS next_ms`,
       [relay.relayId],
+      Math.min(this.#timeoutMs, ttlMs),
     );
     return { liveRelays: Math.max(1, Number(row!.live)), bucketCount: BUCKETS, nextForeignExpiryMs: row!.next_ms === null ? null : Math.ceil(Number(row!.next_ms)) };
   }
@@ -151,7 +166,7 @@ export class MysqlRelayStore implements RelayStore {
       return rows
         .map((r) => ({ bucket: Number(r.bucket), token: String(r.token) }))
         .filter((l) => presented.has(`${l.bucket}:${l.token}`) || taken.has(l.bucket));
-    }));
+    }, Math.min(this.#timeoutMs, ttlMs)));
   }
 
   async release(relayId: string, leases: readonly BucketLease[]): Promise<void> {
