@@ -19,6 +19,7 @@ import { PostgresAdmin, PostgresOutboxStore, PostgresRelayStore } from 'txbox/po
 import { openDb, type TestDb } from '../helpers/databases.ts';
 import { startReceiver, type TestReceiver } from '../helpers/receiver.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { startTcpProxy } from '../helpers/tcp-proxy.ts';
 
 const OrderPlaced = defineEvent({ type: 'OrderPlaced', aggregateType: 'Order', destination: 'orders', payload: payloadType<{ n: number; card: string }>() });
 const Charged = defineEvent({ type: 'Charged', aggregateType: 'Invoice', destination: 'billing', payload: payloadType<{ n: number; card: string }>() });
@@ -227,6 +228,58 @@ describe('per-destination circuit breaker (Redis out of reach, PostgreSQL)', () 
       );
       assert.deepEqual(rows, [{ state: 'published', attempts: 1, n: 15 }]);
     } finally {
+      await admin.del(`${prefix}billing`);
+      admin.disconnect();
+      await db.close();
+    }
+  });
+});
+
+describe('per-destination circuit breaker (Redis gone silent, PostgreSQL)', () => {
+  it('a Redis that answers nothing (connection open, a black hole) pauses its destination without counting attempts; a new connection resumes it', { timeout: 60_000 }, async () => {
+    const db = await openDb('postgres');
+    const admin = new Redis('redis://127.0.0.1:6379');
+    const prefix = `txbox-test:silent-${randomBytes(4).toString('hex')}:`;
+    const proxy = await startTcpProxy(6379);
+    const redis = new RedisTransport({ url: `redis://127.0.0.1:${proxy.port}`, streamPrefix: prefix, commandTimeoutMs: 300 });
+    const changes: string[] = [];
+    const relay = createRelay({
+      store: new PostgresRelayStore({ schema: db.schema, connection: db.connection }),
+      transport: redis,
+      pollIntervalMs: 50,
+      retry: { baseDelayMs: 10, maxDelayMs: 50, maxAttempts: 3 },
+      circuitBreaker: { baseDelayMs: 100, maxDelayMs: 400 },
+    });
+    relay.on('circuit', (c) => void changes.push(`${c.destination} ${c.state}`));
+    const outbox = createOutbox({ store: new PostgresOutboxStore({ schema: db.schema }), events: [Charged] });
+    const enqueue = (n: number) => db.transaction((tx) => outbox.enqueue(tx, Charged({ aggregateId: n % 3, payload: { n, card: 'x' } })));
+    const attempts = () => db.query<{ state: string; attempts: number; n: number }>(`SELECT state, attempts, count(*)::int AS n FROM "${db.schema}".outbox GROUP BY 1, 2 ORDER BY 1, 2`);
+    try {
+      await relay.start();
+      for (let n = 0; n < 3; n++) await enqueue(n);
+      await waitFor('the first events in the stream', async () => (await admin.xlen(`${prefix}billing`)) >= 3, 15_000);
+
+      // Every connection goes silent, and new ones are held: nothing answers at all.
+      proxy.hold();
+      proxy.silence();
+      for (let n = 3; n < 9; n++) await enqueue(n);
+      await waitFor('the billing circuit opened', () => changes.includes('billing open'), 15_000);
+      await new Promise((r) => setTimeout(r, 1500)); // several probes, each unanswered
+      assert.deepEqual(
+        (await attempts()).filter((r) => r.state === 'pending'),
+        [{ state: 'pending', attempts: 0, n: 6 }],
+        'events stay pending with no attempt counted (more silence than maxAttempts allows, none parked)',
+      );
+
+      // The path works again for new connections (the old one stays silent, as after a NAT or firewall lost its state).
+      proxy.release();
+      await waitFor('every event in the stream', async () => (await admin.xlen(`${prefix}billing`)) >= 9, 20_000);
+      await waitFor('the billing circuit closed', () => changes.includes('billing closed'), 10_000);
+      await waitFor('every event marked published', async () => (await attempts()).every((r) => r.state === 'published'), 10_000);
+      assert.deepEqual(await attempts(), [{ state: 'published', attempts: 1, n: 9 }]);
+    } finally {
+      await relay.stop();
+      await proxy.close();
       await admin.del(`${prefix}billing`);
       admin.disconnect();
       await db.close();

@@ -69,18 +69,29 @@ const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN']);
 
 /**
  * Redis is out of reach for every command, not just this one: the address
- * refuses or does not resolve, or the client is offline and reconnecting
- * (with the offline queue off, a command sent then fails at once). A
- * command cut off mid-flight (reset, closed, max retries) stays retriable.
+ * refuses or does not resolve, the client is offline and reconnecting
+ * (with the offline queue off, a command sent then fails at once), or the
+ * connection went down under the command (closed, reset: ioredis fails it
+ * with "max retries per request"): about the connection, not the event, so
+ * a Redis restart or a long outage spends no attempts. A reply error
+ * (classified above) is never this.
  */
 function isUnreachable(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
-  if (typeof code === 'string' && UNREACHABLE_CODES.has(code)) return true;
-  return /isn't writeable/.test(errorMessage(err));
+  if (typeof code === 'string' && (UNREACHABLE_CODES.has(code) || code === 'ECONNRESET' || code === 'EPIPE')) return true;
+  if ((err as { name?: unknown } | null)?.name === 'MaxRetriesPerRequestError') return true;
+  return /isn't writeable|Connection is closed/.test(errorMessage(err));
 }
 
+/**
+ * No reply to a pipeline of XADDs within `commandTimeoutMs`: nothing about
+ * the events makes Redis that slow (their size is bounded by
+ * maxMessageBytes), so Redis, or the network to it, is not answering:
+ * `destination-down`, which pauses the destination without spending the
+ * events' attempts (a long silence would otherwise park every key's head).
+ */
 export function timeoutFailure(target: XaddTarget, timeoutMs: number): TransportError {
-  return new TransportError('retriable', `${describe(target)} got no reply within ${timeoutMs} ms (commandTimeoutMs); the entry may still have been added`);
+  return new TransportError('destination-down', `${describe(target)} got no reply within ${timeoutMs} ms (commandTimeoutMs): Redis or the network to it is not answering; the entry may still have been added`);
 }
 
 export function abortedFailure(target: XaddTarget): TransportError {

@@ -19,6 +19,8 @@ export interface PublishContext {
   readonly address: string;
   /** destination -> stream key, memoized by the transport. */
   streamKey(destination: string): string;
+  /** The call got no reply in time: the transport's own client drops its connection for a new one. */
+  readonly onTimeout?: (() => void) | undefined;
 }
 
 type Settled = { readonly kind: 'replies'; readonly replies: [Error | null, unknown][] | null } | { readonly kind: 'failed'; readonly err: unknown } | { readonly kind: 'timeout' } | { readonly kind: 'aborted' };
@@ -54,13 +56,21 @@ export async function publishCall(ctx: PublishContext, events: readonly OutboxEv
   }
   if (sent.length === 0) return outcomes;
 
-  const settled = await settleWithin(pipeline.exec(), o.commandTimeoutMs, signal);
+  let settled = await settleWithin(pipeline.exec(), o.commandTimeoutMs, signal);
+  // ioredis's own commandTimeout (the same bound) usually comes first, as each command's error: the same silence.
+  if (settled.kind === 'failed' && isCommandTimeout(settled.err)) settled = { kind: 'timeout' };
+  if (settled.kind === 'replies' && settled.replies?.some(([err]) => isCommandTimeout(err))) settled = { kind: 'timeout' };
+  if (settled.kind === 'timeout') ctx.onTimeout?.();
   for (let n = 0; n < sent.length; n++) {
     const i = sent[n]!;
     const target = targets[i]!;
     outcomes[i] = outcomeOf(settled, n, target, o.commandTimeoutMs);
   }
   return outcomes;
+}
+
+function isCommandTimeout(err: unknown): boolean {
+  return err instanceof Error && err.message === 'Command timed out';
 }
 
 function charCount(fields: readonly string[]): number {

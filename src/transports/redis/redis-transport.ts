@@ -121,8 +121,18 @@ export class RedisTransport implements Transport {
       options: this.#options,
       address: this.#startContext.address,
       streamKey: (destination) => this.#streamKey(destination),
+      // A connection that stopped answering (a host gone, a firewall that dropped its state) would stay
+      // "ready" until TCP gives up, about 15 minutes: the transport's own client reconnects now.
+      onTimeout: this.#options.connection.kind === 'url' ? () => this.#reconnect() : undefined,
     };
     return publishCall(ctx, events, signal);
+  }
+
+  #reconnect(): void {
+    const client = this.#client;
+    if (client === null || client.status !== 'ready') return; // already reconnecting
+    this.#options.logger.warn({ transport: 'redis', address: this.#startContext.address, timeoutMs: this.#options.commandTimeoutMs }, 'redis did not answer within commandTimeoutMs; reconnecting');
+    client.disconnect(true);
   }
 
   async #start(signal: AbortSignal): Promise<void> {
@@ -146,7 +156,7 @@ export class RedisTransport implements Transport {
     client.on('close', () => {
       if (this.#client !== client || this.#outage) return;
       this.#outage = true;
-      logger.warn({ transport: 'redis', address, code: lastCode ?? 'closed' }, 'redis connection lost; reconnecting, publishes fail as retriable meanwhile');
+      logger.warn({ transport: 'redis', address, code: lastCode ?? 'closed' }, 'redis connection lost; reconnecting, publishes fail as destination-down meanwhile');
     });
     client.on('ready', () => {
       lastCode = undefined;
