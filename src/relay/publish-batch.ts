@@ -154,9 +154,12 @@ async function callTransport(transport: Transport, events: StoredEvent[], ctx: B
     trace?.end(outcomes);
     return outcomes;
   } catch (err) {
+    // No outcome at all for the whole call within publishTimeoutMs: the destination is not answering
+    // (transports bound a slow single send below that, e.g. HTTP's timeoutMs). Destination-down: the
+    // relay pauses it and probes, so that a silence of any length spends no attempts and parks nothing.
     const error =
       call.cause === 'timeout'
-        ? new TransportError('retriable', `publish timed out after ${ctx.publishTimeoutMs} ms`, { cause: err })
+        ? new TransportError('destination-down', `publish timed out after ${ctx.publishTimeoutMs} ms: the destination is not answering`, { cause: err })
         : call.cause === 'lease'
           ? new LeaseEndedError('retriable', 'publish aborted: the lease of its bucket ended locally before the ack', { cause: err })
           : toTransportError(err);

@@ -53,7 +53,8 @@ export interface RelayOptions {
   /** Destinations whose parked events do not hold back later events of the same key. Default: none (a parked event holds its key). */
   readonly skipParkedDestinations?: readonly string[];
   /**
-   * Longest time one publish call may take before its events count as timed out (retriable).
+   * Longest time one publish call may take. A call with no outcome by then is the destination not
+   * answering: `destination-down` (its circuit opens; no attempt is counted, nothing parks).
    * It must fit inside a lease: at most `leaseTtlMs - margin` (margin: a fifth of the TTL, at
    * most 2000 ms), 28000 ms with the default `leaseTtlMs`. Whatever it is, a call is aborted at
    * the lease's local deadline when renewals stop coming. Default: 30000 ms or that limit,

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { AddressInfo } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 import { after, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ConfigError, TransportError, uuidv7, type OutboxEvent, type PublishOutcome, type TransportErrorKind } from 'txbox';
@@ -317,6 +317,28 @@ describe('HttpTransport', () => {
     const dns = failure((await nowhere.publish([event()], never))[0]);
     assert.equal(dns.kind, 'destination-down', dns.message);
     assert.match(dns.message, /^(ENOTFOUND|EAI_AGAIN): POST http:\/\/txbox-no-such-host\.invalid\/x failed/);
+  });
+
+  it('reports an endpoint that no connection reaches within timeoutMs as destination-down; an answer that does not come in time stays retriable', async () => {
+    // A listener that never accepts, its queue full: new connections hang in SYN_SENT, as toward a host that is gone.
+    const py = spawn('python3', ['-c', 'import socket,time\ns=socket.socket()\ns.bind(("127.0.0.1",0))\ns.listen(0)\nprint(s.getsockname()[1], flush=True)\ntime.sleep(120)']);
+    cleanups.push(async () => py.kill());
+    const port = await new Promise<number>((resolve) => py.stdout.once('data', (d: Buffer) => resolve(Number(String(d).trim()))));
+    for (let i = 0; i < 3; i++) {
+      const filler = connect(port, '127.0.0.1').on('error', () => {});
+      cleanups.push(async () => filler.destroy());
+    }
+    await sleep(200);
+    const transport = new HttpTransport({ endpoints: { orders: `http://127.0.0.1:${port}/x` }, allowUnsigned: true, timeoutMs: 300 });
+    cleanups.push(() => transport.close());
+    const unreachable = failure((await transport.publish([event(), event()], never))[0]);
+    assert.equal(unreachable.kind, 'destination-down', unreachable.message);
+    assert.match(unreachable.message, /no connection .* within 300 ms/);
+    // Connected, request sent, no answer: the receiver may be slow on this very event. Retriable, as before.
+    const { transport: slow } = await setup(() => {}, { timeoutMs: 300 });
+    const unanswered = failure((await slow.publish([event()], never))[0]);
+    assert.equal(unanswered.kind, 'retriable', unanswered.message);
+    assert.match(unanswered.message, /no complete answer within 300 ms/);
   });
 
   it('reports a connection the server drops as retriable', async () => {

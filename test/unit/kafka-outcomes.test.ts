@@ -16,11 +16,12 @@ const NAMES = [
   'KafkaJSNonRetriableError',
   'KafkaJSConnectionError',
   'KafkaJSRequestTimeoutError',
+  'KafkaJSConnectionClosedError',
   'KafkaJSSASLAuthenticationError',
   'KafkaJSMetadataNotLoaded',
 ] as const;
 const errors = kafkajs as unknown as Record<(typeof NAMES)[number], ErrorClass>;
-const { KafkaJSProtocolError, KafkaJSNumberOfRetriesExceeded, KafkaJSNonRetriableError, KafkaJSConnectionError, KafkaJSRequestTimeoutError } = errors;
+const { KafkaJSProtocolError, KafkaJSNumberOfRetriesExceeded, KafkaJSNonRetriableError, KafkaJSConnectionError, KafkaJSRequestTimeoutError, KafkaJSConnectionClosedError } = errors;
 const { KafkaJSSASLAuthenticationError, KafkaJSMetadataNotLoaded } = errors;
 
 const CODES: Record<string, [number, boolean]> = {
@@ -68,7 +69,7 @@ describe('classifyKafkaError', () => {
     }
   });
 
-  it('destination-down: connection refused (as sendBatch reports it: a non-retriable wrapper around a connection error); retriable: request timeouts', () => {
+  it('destination-down: connection refused (as sendBatch reports it: a non-retriable wrapper around a connection error), closed, or a request timed out (no answer)', () => {
     const refused = new KafkaJSConnectionError('Connection error: connect ECONNREFUSED 127.0.0.1:9092', { broker: '127.0.0.1:9092', code: 'ECONNREFUSED' });
     const wrapped = new KafkaJSNonRetriableError(new KafkaJSNumberOfRetriesExceeded(refused, { retryCount: 2, retryTime: 1 }), { cause: refused });
     assert.equal(wrapped.retriable, false, 'kafkajs calls the wrapper non-retriable');
@@ -77,7 +78,9 @@ describe('classifyKafkaError', () => {
     assert.equal(f.setting, 'brokers');
     assert.match(f.reason, /ECONNREFUSED/);
     const timeout = new KafkaJSRequestTimeoutError('Request Produce(key: 0, version: 7) timed out', { broker: 'b:9092', correlationId: 1, createdAt: 0, sentAt: 0, pendingDuration: 0 });
-    assert.equal(classifyKafkaError(asThrownBySend(timeout)).kind, 'retriable');
+    assert.equal(classifyKafkaError(asThrownBySend(timeout)).kind, 'destination-down');
+    const closed = new KafkaJSConnectionClosedError('Closed connection', { host: 'b', port: 9092 });
+    assert.equal(classifyKafkaError(asThrownBySend(closed)).kind, 'destination-down');
   });
 
   it('permanent per record: too large, invalid record; the send can be split to isolate them', () => {

@@ -147,7 +147,7 @@ describe('RedisTransport error classification', () => {
     });
   }
 
-  it('a command cut off in flight is retriable: reset, closed, max retries, timeouts', async () => {
+  it('a command cut off in flight is destination-down (about the connection, not the event): reset, closed, max retries, timeouts', async () => {
     const errors: Error[] = [
       Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }),
       new Error('Connection is closed.'),
@@ -157,8 +157,8 @@ describe('RedisTransport error classification', () => {
     for (const err of errors) {
       const { outcomes } = await publish(() => err, [event(1)]);
       const error = failure(outcomes[0]);
-      assert.equal(error.kind, 'retriable', err.message);
-      assert.match(error.message, /XADD to stream "txbox:orders" \(destination "orders"\) at redis:\/\/stub:6379 failed/);
+      assert.equal(error.kind, 'destination-down', err.message);
+      assert.match(error.message, /XADD to stream "txbox:orders" \(destination "orders"\) at redis:\/\/stub:6379 (failed|got no reply)/);
     }
   });
 
@@ -174,7 +174,7 @@ describe('RedisTransport error classification', () => {
     assert.equal(sent.length, 1, 'only the valid event was sent');
   });
 
-  it('a rejected pipeline makes every event of the call retriable', async () => {
+  it('a pipeline rejected as the connection closed makes every event of the call destination-down', async () => {
     const { client } = stubClient(
       () => '1-0',
       async () => {
@@ -184,21 +184,22 @@ describe('RedisTransport error classification', () => {
     const transport = new RedisTransport({ client });
     const outcomes = await transport.publish([event(1), event(2)], new AbortController().signal);
     assert.equal(outcomes.length, 2);
-    for (const o of outcomes) assert.equal(failure(o).kind, 'retriable');
+    for (const o of outcomes) assert.equal(failure(o).kind, 'destination-down');
     await transport.close();
   });
 
-  it('no reply within commandTimeoutMs, or an aborted signal, is retriable', async () => {
+  it('no reply within commandTimeoutMs is destination-down; an aborted signal is retriable', async () => {
     const { client } = stubClient(() => '1-0', () => new Promise<never>(() => {}));
     const transport = new RedisTransport({ client, commandTimeoutMs: 50 });
     const started = performance.now();
     const timedOut = failure((await transport.publish([event(1)], new AbortController().signal))[0]);
-    assert.equal(timedOut.kind, 'retriable');
+    assert.equal(timedOut.kind, 'destination-down');
     assert.match(timedOut.message, /no reply within 50 ms \(commandTimeoutMs\)/);
     assert.ok(performance.now() - started < 1000);
     const controller = new AbortController();
     controller.abort();
     const aborted = failure((await transport.publish([event(2)], controller.signal))[0]);
+    assert.equal(aborted.kind, 'retriable');
     assert.match(aborted.message, /cancelled/);
     await transport.close();
   });

@@ -20,8 +20,12 @@ export function isDestinationDownStatus(status: number): boolean {
   return status === 401 || status === 403 || status === 404 || status === 503;
 }
 
-/** Network errors that mean nothing answers at the endpoint's address: refused, unknown host, DNS unavailable. */
-const DESTINATION_DOWN_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN']);
+/**
+ * Network errors that mean nothing answers at the endpoint's address: refused, unknown host, DNS
+ * unavailable, no route, or a connect that timed out (undici's connect timeout, the system's).
+ * Matched on the raw code: undici's headers and body timeouts (also shown as ETIMEDOUT) are off.
+ */
+const DESTINATION_DOWN_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN', 'UND_ERR_CONNECT_TIMEOUT']);
 
 /**
  * undici's own error codes under the system codes they stand for, so that
@@ -109,16 +113,22 @@ export function failedResponse(r: ResponseContext): PublishOutcome {
 }
 
 /**
- * Classifies a request that got no answer. Refused and DNS failures
- * (ECONNREFUSED, ENOTFOUND, EAI_AGAIN) are destination-down; resets, TLS
- * failures and the rest are retriable.
+ * Classifies a request that got no answer. Failures to reach the address
+ * (DESTINATION_DOWN_CODES) are destination-down; resets, TLS failures and
+ * the rest are retriable.
  */
 export function networkFailure(err: unknown, endpoint: string): PublishOutcome {
   const e = err as NodeJS.ErrnoException;
   const raw = typeof e?.code === 'string' ? e.code : 'ERROR';
   const code = UNDICI_CODES[raw] ?? raw;
   const detail = e instanceof Error ? e.message : String(err);
-  return fail(DESTINATION_DOWN_CODES.has(code) ? 'destination-down' : 'retriable', `${code}: POST ${endpoint} failed (${detail})`, err);
+  const down = DESTINATION_DOWN_CODES.has(raw) || (raw === 'ETIMEDOUT' && (e as { syscall?: unknown }).syscall === 'connect');
+  return fail(down ? 'destination-down' : 'retriable', `${code}: POST ${endpoint} failed (${detail})`, err);
+}
+
+/** No request of the call got a connection within timeoutMs: nothing answers at the endpoint's address. */
+export function unreachableFailure(endpoint: string, timeoutMs: number): PublishOutcome {
+  return fail('destination-down', `ETIMEDOUT: POST ${endpoint}: no connection to the endpoint within ${timeoutMs} ms (timeoutMs); the host does not answer`);
 }
 
 export function timeoutFailure(endpoint: string, timeoutMs: number): PublishOutcome {

@@ -12,7 +12,7 @@ import type { Dispatcher } from 'undici';
 import { payloadText, type OutboxEvent } from '../../core/envelope.ts';
 import type { PublishOutcome } from '../../core/ports.ts';
 import { ceHeaderValue, forwardableHeaderName, isValidHeaderValue } from './http-headers.ts';
-import { ACK, abortedFailure, bodyExcerpt, fail, failedResponse, networkFailure, timeoutFailure } from './http-outcomes.ts';
+import { ACK, abortedFailure, bodyExcerpt, fail, failedResponse, networkFailure, timeoutFailure, unreachableFailure } from './http-outcomes.ts';
 import type { ResolvedHttpEndpoint, ResolvedHttpTransportOptions } from './http-transport-options.ts';
 import { signWebhook } from './webhook-signature.ts';
 
@@ -90,6 +90,7 @@ class AttemptHandler implements Dispatcher.DispatchHandler {
     // Settled while it waited for a connection (timeout, abort): never send it.
     if (this.call.settled(this.a.index)) return controller.abort(new Error('the publish call already gave this event an outcome'));
     this.a.controller = controller;
+    this.call.reached();
   }
 
   onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
@@ -134,7 +135,12 @@ export class PublishCall {
   #timer: NodeJS.Timeout | undefined;
   #resolve: ((outcomes: PublishOutcome[]) => void) | undefined;
   readonly #onAbort = (): void => this.#cancelAll(abortedFailure);
-  readonly #onTimeout = (): void => this.#cancelAll((endpoint) => timeoutFailure(endpoint, this.#ctx.options.timeoutMs));
+  /** A request of this call got a connection (undici started writing it). */
+  #reached = false;
+  // No request of the call reached a connection in timeoutMs: the endpoint is out of reach (a host gone, packets
+  // dropped), which is about the destination; else the answer was slow, which may be about the event.
+  readonly #onTimeout = (): void =>
+    this.#cancelAll((endpoint) => (this.#reached ? timeoutFailure(endpoint, this.#ctx.options.timeoutMs) : unreachableFailure(endpoint, this.#ctx.options.timeoutMs)));
 
   constructor(ctx: PublishContext, events: readonly OutboxEvent[], signal: AbortSignal) {
     this.#ctx = ctx;
@@ -159,6 +165,10 @@ export class PublishCall {
       this.#timestamp = String(Math.floor(Date.now() / 1000));
       this.#pump();
     });
+  }
+
+  reached(): void {
+    this.#reached = true;
   }
 
   settled(index: number): boolean {

@@ -53,18 +53,6 @@ interface ErrorLike {
   readonly cause?: unknown;
 }
 
-/** Network codes that mean nothing answers at the address: refused, unknown host, DNS unavailable. */
-const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN']);
-
-/** No broker can be reached at all (refused, not resolvable, none found), as opposed to a request cut off or timed out. */
-function unreachable(chain: readonly ErrorLike[], names: readonly string[]): boolean {
-  if (names.includes('KafkaJSBrokerNotFound')) return true;
-  return chain.some((e) => {
-    const code = (e as { code?: unknown }).code;
-    return (typeof code === 'string' && UNREACHABLE_CODES.has(code)) || /\b(ECONNREFUSED|ENOTFOUND|EAI_AGAIN)\b/.test(String(e.message ?? ''));
-  });
-}
-
 /** The error and its causes, outermost first (at most 8 deep). */
 function chainOf(err: unknown): ErrorLike[] {
   const chain: ErrorLike[] = [];
@@ -101,7 +89,10 @@ export function classifyKafkaError(err: unknown): KafkaFailure {
   if (type === 'UNKNOWN_TOPIC_OR_PARTITION' || names.some((n) => METADATA_MISSING.has(n))) return f('retriable', 'topic', null, true);
   if (RECORD_PERMANENT.has(type)) return f('permanent', 'record');
   if (PRODUCER_STATE.has(type)) return f('retriable', 'call');
-  if (names.some((n) => CONNECTION.has(n))) return f(unreachable(chain, names) ? 'destination-down' : 'retriable', 'call', 'brokers');
+  // Refused, unreachable, reset, closed or no answer within requestTimeoutMs: about the connection to the
+  // cluster, never the records (their size is checked before sending). Destination-down, so that an outage
+  // of any length (a broker restart, a black hole) pauses the destination instead of spending attempts.
+  if (names.some((n) => CONNECTION.has(n))) return f('destination-down', 'call', 'brokers');
   // Another protocol error the client will not retry: isolate the events it concerns.
   if (type !== '' && leaf.retriable === false) return f('permanent', 'record');
   // Retriable protocol errors (leader moved, not enough replicas, timeouts), and anything unexpected.
@@ -116,7 +107,7 @@ export function failedSend(failure: KafkaFailure, topic: string | null, o: { rea
   else if (failure.setting === 'compression') advice = '; check compression (the broker or the client does not support it)';
   else if (failure.scope === 'record' && failure.kind === 'permanent') advice = '; the broker refuses this message (lower its size under the topic\'s max.message.bytes and maxMessageBytes, or fix the record)';
   else if (failure.scope === 'topic' && failure.kind === 'permanent') advice = '; the broker refuses this topic (ACLs: Write on the topic for the principal; topic name or policy)';
-  else if (failure.kind === 'destination-down') advice = '; no broker answers at that address (check brokers): the relay pauses this destination and probes until one does';
+  else if (failure.kind === 'destination-down') advice = '; the cluster is not answering at that address (refused, unreachable, dropped or timed out; check brokers): the relay pauses this destination and probes until it answers';
   else if (failure.kind === 'retriable') advice = '; retriable: the relay backs off and sends again (a send that timed out may already be written: at-least-once)';
   return fail(failure.kind, `produce ${where} failed: ${failure.reason}${advice}`, failure.cause);
 }
