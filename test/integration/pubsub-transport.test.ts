@@ -13,6 +13,7 @@ import { ConfigError, uuidv7, type OutboxEvent } from 'txbox';
 import { parsePubSubMessage, PubSubTransport } from 'txbox/pubsub';
 import { adminClient, EMULATOR_HOST, emulatorSkip, PROJECT } from '../helpers/pubsub.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { startTcpProxy } from '../helpers/tcp-proxy.ts';
 
 const skip = await emulatorSkip();
 const run = randomBytes(4).toString('hex');
@@ -43,6 +44,29 @@ describe('PubSubTransport on the Pub/Sub emulator', { skip }, () => {
       await admin.topic(name).delete().catch(() => {});
     }
     await admin.close();
+  });
+
+  it('a Pub/Sub that answers nothing (connection open, a black hole) is destination-down after publishTimeoutMs', async () => {
+    const destination = `pt-${run}-silent`;
+    topicNames.push(destination);
+    await admin.createTopic(destination);
+    const [host, port] = EMULATOR_HOST.split(':') as [string, string];
+    const proxy = await startTcpProxy(Number(port), host);
+    const transport = new PubSubTransport({ projectId: PROJECT, emulatorHost: `127.0.0.1:${proxy.port}`, publishTimeoutMs: 1000 });
+    await transport.start();
+    try {
+      const [ok] = await transport.publish([ev(destination, 's', 1)], AbortSignal.timeout(10_000));
+      assert.ok(ok?.ok, JSON.stringify(ok));
+      proxy.hold();
+      proxy.silence();
+      const [silent] = await transport.publish([ev(destination, 's', 2)], AbortSignal.timeout(10_000));
+      // Nothing about the event: the relay pauses the destination instead of spending its attempts.
+      assert.ok(silent && !silent.ok && silent.error.kind === 'destination-down', JSON.stringify(silent));
+    } finally {
+      proxy.release();
+      await transport.close();
+      await proxy.close();
+    }
   });
 
   it('resumes an ordering key after a failed publish: the key publishes again, in order', async () => {

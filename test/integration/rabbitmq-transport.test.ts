@@ -275,7 +275,7 @@ describe('RabbitMqTransport against RabbitMQ', { timeout: 300_000 }, () => {
     assert.equal((await drain(q, 2)).length, 2, 'the durable queue and the persistent message survived');
   });
 
-  it('a resource alarm (connection.blocked) fails publishes fast as retriable until it clears', async () => {
+  it('a resource alarm (connection.blocked) fails publishes fast as destination-down until it clears', async () => {
     const q = await queue();
     const t = transport();
     const blocked: string[] = [];
@@ -295,9 +295,9 @@ describe('RabbitMqTransport against RabbitMQ', { timeout: 300_000 }, () => {
         [first] = await t.publish([event(q)], signal());
         if (first!.ok) await sleep(200);
       }
-      failure(first, 'retriable', /connection\.blocked: low on memory.*may still arrive/);
+      failure(first, 'destination-down', /connection\.blocked: low on memory.*may still arrive/);
       const started = performance.now();
-      failure((await t.publish([event(q)], signal()))[0], 'retriable', /blocks publishing \(connection\.blocked/);
+      failure((await t.publish([event(q)], signal()))[0], 'destination-down', /blocks publishing \(connection\.blocked/);
       assert.ok(performance.now() - started < 100, 'fails fast while blocked');
       assert.deepEqual(blocked, ['low on memory']);
     } finally {

@@ -86,8 +86,8 @@ describe('Pub/Sub options and errors', () => {
 
   it('classifies gRPC statuses', () => {
     const err = (code: number, message: string) => Object.assign(new Error(message), { code });
-    assert.equal(publishFailure(err(14, '14 UNAVAILABLE: no connection'), 't', 'd').kind, 'retriable');
-    assert.equal(publishFailure(err(4, '4 DEADLINE_EXCEEDED'), 't', 'd').kind, 'retriable');
+    assert.equal(publishFailure(err(14, '14 UNAVAILABLE: no connection'), 't', 'd').kind, 'destination-down');
+    assert.equal(publishFailure(err(4, '4 DEADLINE_EXCEEDED'), 't', 'd').kind, 'destination-down');
     assert.equal(publishFailure(err(8, '8 RESOURCE_EXHAUSTED'), 't', 'd').kind, 'retriable');
     const missing = publishFailure(err(5, '5 NOT_FOUND: Topic not found'), 'shop-orders', 'orders');
     assert.equal(missing.kind, 'permanent');

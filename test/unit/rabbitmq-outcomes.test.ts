@@ -156,7 +156,7 @@ describe('PublishCall', () => {
   const silent = { publish() {} } as unknown as RabbitMqConfirmChannel;
   const ctx = (channel: () => Promise<RabbitMqConfirmChannel>) => ({ options, bodyLimit: () => ({ bytes: options.maxMessageBytes, source: 'maxMessageBytes' }), channel });
 
-  it('settles what cannot be sent at once and the rest as retriable when no confirm comes within confirmTimeoutMs', async () => {
+  it('settles what cannot be sent at once and the rest as destination-down when no confirm comes within confirmTimeoutMs', async () => {
     const started = performance.now();
     const [big, badKey, throws, silentOne] = await new PublishCall(
       ctx(async () => silent),
@@ -166,7 +166,7 @@ describe('PublishCall', () => {
     expectFailure(big, 'permanent', /too large.*limit of 64 bytes \(maxMessageBytes\).*exchange "events" routing key "orders"/);
     expectFailure(badKey, 'permanent', /longer than 255 bytes.*destinations\.bad\.routingKey/);
     expectFailure(throws, 'permanent', /destinations\.throws\.routingKey threw: no type/);
-    expectFailure(silentOne, 'retriable', /ETIMEDOUT.*50 ms \(confirmTimeoutMs\)/);
+    expectFailure(silentOne, 'destination-down', /ETIMEDOUT.*50 ms \(confirmTimeoutMs\)/);
     assert.ok(performance.now() - started < 1000);
   });
 

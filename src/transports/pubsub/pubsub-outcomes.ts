@@ -20,6 +20,10 @@ const KINDS: Readonly<Record<number, { readonly kind: TransportErrorKind; readon
   [GRPC.PERMISSION_DENIED]: { kind: 'destination-down', why: 'the credentials may not publish to the topic; grant roles/pubsub.publisher on it' },
   [GRPC.UNAUTHENTICATED]: { kind: 'destination-down', why: 'Pub/Sub did not accept the credentials; fix clientConfig (keyFilename, credentials) or Application Default Credentials' },
   [GRPC.RESOURCE_EXHAUSTED]: { kind: 'retriable', why: 'a quota or the flow control limit was reached' },
+  // The service did not answer (after the client's own retries): about Pub/Sub or the path to it, never the
+  // message (a message Pub/Sub refuses is INVALID_ARGUMENT). The relay pauses the destination; nothing parks.
+  [GRPC.UNAVAILABLE]: { kind: 'destination-down', why: 'Pub/Sub is not reachable (down, restarting, or the network to it)' },
+  [GRPC.DEADLINE_EXCEEDED]: { kind: 'destination-down', why: 'Pub/Sub did not answer in time' },
 };
 
 /** The gRPC status code of an error (its `code`, or a cause's), or null. */

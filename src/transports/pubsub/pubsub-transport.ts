@@ -159,8 +159,12 @@ export class PubSubTransport implements Transport {
     const settled = await settleWithin(Promise.all(sent), o.publishTimeoutMs, signal);
     // A failed key is stopped by the client until resumed: resume it, so the relay's retry can go out (in order).
     for (const [topic, keys] of failedKeys) for (const key of keys) topic.resumePublishing(key);
-    const why = signal.aborted ? 'the publish call was aborted before Pub/Sub acked it' : `Pub/Sub did not ack within ${o.publishTimeoutMs} ms (publishTimeoutMs)`;
-    return events.map((e, i) => outcomes[i] ?? { ok: false, error: new TransportError('retriable', `publishing event ${e.id} (destination ${e.destination}): ${settled ? 'not sent: the call was aborted' : why}`) });
+    // No ack within publishTimeoutMs: Pub/Sub, or the path to it, is not answering (nothing about a message
+    // makes it that slow): destination-down. An abort (the relay's stop, a lease deadline) stays retriable.
+    const silent = !settled && !signal.aborted;
+    const why = signal.aborted ? 'the publish call was aborted before Pub/Sub acked it' : `Pub/Sub did not ack within ${o.publishTimeoutMs} ms (publishTimeoutMs): it is not answering`;
+    const kind = silent ? 'destination-down' : 'retriable';
+    return events.map((e, i) => outcomes[i] ?? { ok: false, error: new TransportError(kind, `publishing event ${e.id} (destination ${e.destination}): ${settled ? 'not sent: the call was aborted' : why}`) });
   }
 
   #topicName(destination: string): string {

@@ -32,7 +32,9 @@ export class PublishCall {
   readonly #onAbort = (): void => this.cancel((t) => fail('retriable', `aborted: the caller's signal cancelled the wait for the confirm of ${describeTarget(t)}`));
   readonly #onTimeout = (): void =>
     this.cancel((t) =>
-      fail('retriable', `ETIMEDOUT: no publisher confirm from RabbitMQ within ${this.#ctx.options.confirmTimeoutMs} ms (confirmTimeoutMs) for ${describeTarget(t)}; it may still arrive`),
+      // The broker is not answering (nothing about a message delays its confirm): destination-down, so
+      // that a silence of any length pauses the destination instead of spending attempts.
+      fail('destination-down', `ETIMEDOUT: no publisher confirm from RabbitMQ within ${this.#ctx.options.confirmTimeoutMs} ms (confirmTimeoutMs) for ${describeTarget(t)}: the broker is not answering; it may still arrive`),
     );
 
   constructor(ctx: PublishContext, events: readonly OutboxEvent[], signal: AbortSignal) {

@@ -16,7 +16,7 @@ export interface RabbitMqTransportEvents {
   connected: { readonly url: string; readonly reconnected: boolean };
   disconnected: { readonly url: string; readonly reason: string };
   reconnecting: { readonly url: string; readonly attempt: number; readonly delayMs: number; readonly reason: string };
-  /** The broker stopped reading from the connection: a memory or disk alarm. Publishes fail fast (retriable) until `unblocked`. */
+  /** The broker stopped reading from the connection: a memory or disk alarm. Publishes fail fast (destination-down) until `unblocked`. */
   blocked: { readonly url: string; readonly reason: string };
   unblocked: { readonly url: string };
   /** The broker closed a confirm channel (404 missing exchange, 403 refused, 406 too large, ...); the next publish opens a new one. */
@@ -107,7 +107,7 @@ export class RabbitMqTransport extends TypedEmitter<RabbitMqTransportEvents> imp
    * Publishes every event at once and resolves with one outcome per event in
    * input order, after the broker confirmed each. Never rejects for a failed
    * event. While the connection is down or blocked, resolves at once with
-   * retriable outcomes. Aborting `signal` makes the events still waiting
+   * destination-down outcomes. Aborting `signal` makes the events still waiting
    * retriable (they may still arrive).
    */
   publish(events: readonly OutboxEvent[], signal: AbortSignal): Promise<PublishOutcome[]> {
@@ -129,7 +129,8 @@ export class RabbitMqTransport extends TypedEmitter<RabbitMqTransportEvents> imp
       return Promise.resolve(this.#failAll(events, `not connected to RabbitMQ at ${this.#o.display}: ${this.#connection.describe()}`, kind));
     }
     const blocked = this.#connection.blocked;
-    if (blocked !== null) return Promise.resolve(this.#failAll(events, this.#blockedMessage(blocked)));
+    // A resource alarm blocks every publisher of the broker: destination-down (paused, no attempts spent).
+    if (blocked !== null) return Promise.resolve(this.#failAll(events, this.#blockedMessage(blocked), 'destination-down'));
     const call = new PublishCall(this.#ctx, events, signal);
     this.#calls.add(call);
     return this.#track(call.run().finally(() => this.#calls.delete(call)));
@@ -240,7 +241,7 @@ export class RabbitMqTransport extends TypedEmitter<RabbitMqTransportEvents> imp
         this.emit('reconnecting', { url, attempt, delayMs, reason });
       },
       blocked: (reason) => {
-        log.warn({ url, reason }, 'RabbitMQ blocked the connection (resource alarm); publishes fail as retriable until it lifts');
+        log.warn({ url, reason }, 'RabbitMQ blocked the connection (resource alarm); publishes fail as destination-down until it lifts');
         this.emit('blocked', { url, reason });
         for (const call of this.#calls) call.cancel((t) => this.#blockedOutcome(reason, t));
       },
@@ -257,7 +258,7 @@ export class RabbitMqTransport extends TypedEmitter<RabbitMqTransportEvents> imp
   }
 
   #blockedOutcome(reason: string, t: Target): PublishOutcome {
-    return fail('retriable', `${this.#blockedMessage(reason)}; the message for exchange ${quote(t.exchange)} was sent and may still arrive once the alarm clears`);
+    return fail('destination-down', `${this.#blockedMessage(reason)}; the message for exchange ${quote(t.exchange)} was sent and may still arrive once the alarm clears`);
   }
 
   #failAll(events: readonly OutboxEvent[], message: string, kind: TransportErrorKind = 'retriable'): PublishOutcome[] {
