@@ -178,7 +178,7 @@ describe('NatsTransport publish', () => {
 
   it('classifies broker errors', async () => {
     const cases: [string, Reply, 'retriable' | 'permanent' | 'destination-down', RegExp][] = [
-      ['timeout', new errors.TimeoutError(), 'retriable', /no JetStream ack .* within 100 ms \(publishTimeoutMs\)/],
+      ['timeout', new errors.TimeoutError(), 'destination-down', /no JetStream ack .* within 100 ms \(publishTimeoutMs\)/],
       ['closed', new errors.ClosedConnectionError(), 'retriable', /closed or reconnecting/],
       ['leader election', apiError(503, 10008, 'JetStream system temporarily unavailable'), 'retriable', /temporarily unavailable .*10008/],
       ['store failure', apiError(503, 10077, 'maximum messages exceeded'), 'retriable', /maximum messages exceeded/],

@@ -86,7 +86,10 @@ export function classifyPublishError(err: unknown, c: PublishFailureContext): Cl
     return retriable(`no responders for ${where(c)}: no stream answered; JetStream may be restarting or electing a leader`, 'no responders');
   }
   if (findError(err, 'TimeoutError')) {
-    return retriable(`no JetStream ack for ${where(c)} within ${c.timeoutMs} ms (publishTimeoutMs); the server may be down, reconnecting or electing a leader`, `no ack within ${c.timeoutMs} ms`);
+    // No answer at all: the server (or the path to it) is silent, or JetStream is electing a leader; nothing about
+    // the message. Destination-down (paused, no attempts spent), unless the route check finds no stream at all.
+    const message = `no JetStream ack for ${where(c)} within ${c.timeoutMs} ms (publishTimeoutMs); the server may be down, unreachable, reconnecting or electing a leader`;
+    return { error: new TransportError('destination-down', message, { cause: err }), checkRoute: true, symptom: `no ack within ${c.timeoutMs} ms` };
   }
   const permission = findError(err, 'PermissionViolationError');
   if (permission) {

@@ -286,7 +286,7 @@ export class NatsTransport extends TypedEmitter<NatsTransportEvents> implements 
     const failure = classifyPublishError(result.error, ctx);
     // The connection went down during the call (nats.js buffers a publish while it reconnects, so it ends as an ack
     // timeout): destination-down, so the relay pauses the destination instead of spending the events' attempts.
-    if (failure.error.kind === 'retriable' && (!session.connected || session.disconnects !== disconnects)) {
+    if ((failure.error.kind === 'retriable' || failure.checkRoute) && (!session.connected || session.disconnects !== disconnects)) {
       return { ok: false, error: new TransportError('destination-down', `the NATS connection was down or reconnecting: ${failure.error.message}`, { cause: result.error }) };
     }
     if (!failure.checkRoute || !session.connected) return { ok: false, error: failure.error };
