@@ -10,12 +10,13 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { DeleteMessageBatchCommand, ReceiveMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
-import { createOutbox, createRelay, defineEvent, payloadType } from 'txbox';
+import { createOutbox, createRelay, defineEvent, payloadType, uuidv7 } from 'txbox';
 import { PostgresOutboxStore, PostgresRelayStore } from 'txbox/postgres';
 import { decodeSqsMessage, SqsTransport } from 'txbox/sqs';
 import { checkDeliveries, type Delivered } from 'txbox/testing';
 import { openDb, type TestDb } from '../helpers/databases.ts';
-import { createQueue, deleteQueues, queueUrl, SQS_ENDPOINT, sqsClient, TEST_CREDENTIALS, uniqueQueueName } from '../helpers/sqs.ts';
+import { createQueue, deleteQueues, queueUrl, SQS_ENDPOINT, SQS_PORT, sqsClient, TEST_CREDENTIALS, uniqueQueueName } from '../helpers/sqs.ts';
+import { startTcpProxy } from '../helpers/tcp-proxy.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const Placed = defineEvent({ type: 'OrderPlaced', aggregateType: 'Order', destination: 'orders', payload: payloadType<{ n: number; pad?: string }>() });
@@ -49,6 +50,28 @@ describe('SqsTransport through the relay (ElasticMQ, PostgreSQL)', () => {
       await sqs.send(new DeleteMessageBatchCommand({ QueueUrl: url, Entries: Messages.map((m, i) => ({ Id: `m${i}`, ReceiptHandle: m.ReceiptHandle! })) }));
     }
   }
+
+  it('a service that answers nothing (connection open, a black hole) is destination-down after requestTimeoutMs', async () => {
+    const url = await createQueue(sqs, uniqueQueueName('silent', false), {});
+    queues.push(url);
+    const proxy = await startTcpProxy(SQS_PORT);
+    const transport = new SqsTransport({ queues: { orders: url }, region: 'us-east-1', endpoint: `http://127.0.0.1:${proxy.port}`, credentials: TEST_CREDENTIALS, requestTimeoutMs: 500 });
+    await transport.start(new AbortController().signal);
+    const event = (n: number) => ({ id: uuidv7(), type: 'OrderPlaced', aggregateType: 'Order', aggregateId: String(n), key: `Order:${n}`, destination: 'orders', payload: { n }, headers: {}, occurredAt: new Date(), version: null });
+    try {
+      const [ok] = await transport.publish([event(1)], new AbortController().signal);
+      assert.ok(ok?.ok, JSON.stringify(ok));
+      proxy.hold();
+      proxy.silence();
+      const [silent] = await transport.publish([event(2)], new AbortController().signal);
+      assert.ok(silent && !silent.ok && silent.error.kind === 'destination-down', JSON.stringify(silent));
+      assert.match(silent.error.message, /no answer within 500 ms/);
+    } finally {
+      proxy.release();
+      await transport.close();
+      await proxy.close();
+    }
+  });
 
   it('a missing queue pauses its destination (attempts unchanged, nothing parked) while the other flows; once created, all arrive in order', async () => {
     const outbox = createOutbox({ store: new PostgresOutboxStore({ schema: db.schema }), events: [Placed, Charged] });

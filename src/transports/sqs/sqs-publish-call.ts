@@ -210,7 +210,9 @@ async function sendChunk(
       return;
     }
     if (timeout.aborted) {
-      const error = new TransportError('retriable', `send to ${target.where} got no answer within ${options.requestTimeoutMs} ms (requestTimeoutMs); it may still have been stored (at-least-once)`);
+      // No answer at all: the service or the path to it is silent (nothing about a batch makes it that slow).
+      // Destination-down: the relay pauses the destination, so a silence of any length spends no attempts.
+      const error = new TransportError('destination-down', `send to ${target.where} got no answer within ${options.requestTimeoutMs} ms (requestTimeoutMs): the service is not answering; it may still have been stored (at-least-once)`);
       for (const { index } of chunk) outcomes[index] = { ok: false, error };
       return;
     }
