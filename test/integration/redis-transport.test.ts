@@ -230,6 +230,26 @@ describe('RedisTransport on a real Redis', () => {
     }
   });
 
+  it('start() against a server that accepts connections and answers nothing is an outage: it resolves, and publishes wait as destination-down', async () => {
+    const sockets = new Set<Socket>();
+    const silent = createServer((s) => void sockets.add(s)); // accepts, never answers
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const port = (silent.address() as AddressInfo).port;
+    const warnings: string[] = [];
+    const logger = { debug() {}, info() {}, warn: (_o: object, m: string) => void warnings.push(m), error() {} } as unknown as Logger;
+    const transport = new RedisTransport({ url: `redis://127.0.0.1:${port}`, streamPrefix: prefix, connectTimeoutMs: 500, commandTimeoutMs: 500, logger });
+    try {
+      await transport.start(signal()); // a ConfigError here would stop `txbox relay` with exit 2
+      assert.ok(warnings.length > 0, 'the outage is logged');
+      const error = failure((await transport.publish([event('silent-start')], signal()))[0]);
+      assert.equal(error.kind, 'destination-down', error.message);
+    } finally {
+      await transport.close();
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => silent.close(() => resolve()));
+    }
+  });
+
   it('publish() before start() starts the transport; after close() it answers retriable until start() again', async () => {
     const transport = new RedisTransport({ url: REDIS_URL, streamPrefix: prefix });
     assert.equal((await transport.publish([event('lazy')], signal()))[0]!.ok, true);

@@ -71,8 +71,12 @@ export async function connectAndVerify(client: Redis, owned: boolean, ctx: Start
     if (owned) client.disconnect();
     if (signal.aborted) throw new AbortedError('RedisTransport.start() was aborted');
     if ((err as TxboxError).code === 'TXBOX_CONFIG') throw err;
+    // A server that accepts the connection but never answers (a host gone behind a proxy or load
+    // balancer, a hung server): an outage that waiting heals, like a connect timeout, not a setting to fix.
     // connect() rejects with a bare "Connection is closed."; the reason came through the error event.
-    throw startFailure(replyCode(err) !== null ? err : (lastError ?? err), ctx);
+    const why = replyCode(err) !== null ? err : (lastError ?? err);
+    if (why instanceof Error && why.message === 'Command timed out') throw startFailure(Object.assign(new Error('ETIMEDOUT: the server accepted the connection but did not answer within commandTimeoutMs'), { code: 'ETIMEDOUT' }), ctx);
+    throw startFailure(why, ctx);
   } finally {
     client.off('error', onError);
     signal.removeEventListener('abort', onAbort);
