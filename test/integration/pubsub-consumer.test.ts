@@ -119,6 +119,46 @@ describe('PubSubConsumer on the Pub/Sub emulator and PostgreSQL', { skip }, () =
     return new PubSubConsumer({ projectId: PROJECT, emulatorHost: EMULATOR_HOST, subscription: sub, destination: 'items', stopTimeoutMs: 5000, ...extra } as PubSubConsumerOptions);
   }
 
+  it('a message nacked at stop on its last delivery (the dead-letter policy\'s maxDeliveryAttempts) is recorded dead in the inbox first', { timeout: 120_000 }, async () => {
+    const dead = await deadTopic();
+    const { topic, sub, name } = await fresh({ enableMessageOrdering: false, deadLetterPolicy: { deadLetterTopic: dead.topic.name, maxDeliveryAttempts: 5 }, ackDeadlineSeconds: 10 });
+    const v1 = ev('last', 1);
+    const v2 = ev('last', 2);
+    await publish(topic, [v1, v2]);
+    // A plain subscriber spends four deliveries of each: the next delivery is the last one.
+    const raw = admin.subscription(sub, { flowControl: { maxMessages: 10 } });
+    raw.on('error', () => {});
+    const attempts = new Map<string, number>();
+    await new Promise<void>((resolve) => {
+      raw.on('message', (m: Message) => {
+        attempts.set(m.id, m.deliveryAttempt);
+        if (m.deliveryAttempt < 4) return m.nack();
+        m.nack();
+        if (attempts.size === 2 && [...attempts.values()].every((a) => a >= 4)) resolve();
+      });
+    });
+    await raw.close();
+    const inbox = inboxFor(name);
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    let first: string | undefined;
+    inbox.on('Changed', async (event, tx) => {
+      first ??= event.id;
+      await gate; // the key's other message waits behind this one, unhandled
+      await tx.query(`INSERT INTO "${db.schema}".effects (event_id, consumer, key, version) VALUES ($1, $2, $3, $4)`, [event.id, name, event.key, event.version]);
+    });
+    const consumer = consumerFor(sub, { inbox });
+    await consumer.start();
+    await waitFor('both received on their fifth delivery', () => consumer.stats.received >= 2 && first !== undefined, 60_000);
+    const stopping = consumer.stop();
+    open();
+    await stopping;
+    const rows = await db.query<{ event_id: string; status: string; last_error: string | null }>(`SELECT event_id, status, last_error FROM "${db.schema}".inbox WHERE consumer = $1`, [name]);
+    const other = first === v1.id ? v2.id : v1.id;
+    assert.deepEqual(Object.fromEntries(rows.map((r) => [r.event_id, r.status])), { [first!]: 'processed', [other]: 'dead' }, 'the inbox keeps the message the dead-letter policy forwards');
+    assert.match(rows.find((r) => r.event_id === other)!.last_error ?? '', /last delivery/);
+  });
+
   it('applies events published by PubSubTransport once, in per-key order, with keys in parallel; health is ready', async () => {
     const { topic, sub, name } = await fresh();
     const inbox = inboxFor(name);

@@ -230,6 +230,34 @@ describe('SqsConsumer on ElasticMQ and PostgreSQL', () => {
     assert.equal(await effects(name), 1);
   });
 
+  it('a message released at stop on its last receive (maxReceiveCount) is recorded dead in the inbox: the redrive moves it, the inbox keeps it', { timeout: 60_000 }, async () => {
+    const { url, name } = await fresh(false, {}, 1);
+    const inbox = inboxFor(name);
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    inbox.on('Changed', async (event, tx) => {
+      if (event.version === 1) await gate; // v2 of the key waits behind it, unhandled
+      await tx.query(`INSERT INTO "${db.schema}".effects (event_id, consumer, key, version) VALUES ($1, $2, $3, $4)`, [event.id, name, event.key, event.version]);
+    });
+    const v1 = ev('last', 1);
+    const v2 = ev('last', 2);
+    const consumer = consumerFor(url, { inbox, concurrency: 4 });
+    await consumer.start();
+    await send(url, [v1]);
+    await waitFor('v1 received (its handler waits)', () => consumer.stats.received >= 1);
+    await send(url, [v2]); // after v1's turn began: the next turn of the key
+    await waitFor('v2 received', () => consumer.stats.received >= 2);
+    const stopping = consumer.stop();
+    open(); // v1 commits; v2's turn comes while stopping: released, on its first and last receive
+    await stopping;
+    const rows = await db.query<{ event_id: string; status: string; last_error: string | null }>(
+      `SELECT event_id, status, last_error FROM "${db.schema}".inbox WHERE consumer = $1 ORDER BY version`,
+      [name],
+    );
+    assert.deepEqual(rows.map((r) => [r.event_id, r.status]), [[v1.id, 'processed'], [v2.id, 'dead']], 'the inbox keeps v2, which SQS will move to the DLQ');
+    assert.match(rows[1]!.last_error ?? '', /last delivery.*txbox inbox dead retry/);
+  });
+
   it('a poison message is left to the redrive policy: SQS moves it to the DLQ after maxReceiveCount, while other messages flow', { timeout: 60_000 }, async () => {
     const { url, dlq, name } = await fresh(false, { VisibilityTimeout: '1' }, 2);
     const inbox = inboxFor(name);

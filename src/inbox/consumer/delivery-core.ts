@@ -29,6 +29,17 @@ export interface DeliveryPort<M> {
   deadLetter(message: M, reason: string, event: OutboxEvent | null, attempts: number | null, kept: boolean): Promise<boolean> | boolean;
   /** Not settled (stopping, or a retry due later): leave it for redelivery. */
   release(message: M): void;
+  /**
+   * True when releasing this message unhandled is its last chance: the broker
+   * will not deliver it again but move it to its own dead letters (SQS: its
+   * receive count reached the queue's `maxReceiveCount`; Pub/Sub: its
+   * delivery attempt reached the subscription's `maxDeliveryAttempts`;
+   * RabbitMQ: a quorum queue's delivery limit). The core then records the
+   * event dead in the inbox as it releases it, so that the inbox keeps it
+   * (`txbox inbox dead retry` runs it) and its key's held versions are not
+   * left waiting on a copy nobody replays.
+   */
+  lastDelivery?(message: M): boolean;
   /** Aborted when this message can no longer be settled (its channel closed); default: the core's stop signal. */
   signal?(message: M): AbortSignal;
   /**
@@ -95,6 +106,8 @@ interface Held<M> {
 }
 
 const QUEUE_KEY = '\u0000queue';
+/** How long a dead record of a message released on its last delivery may take (the consumer is usually stopping). */
+const RECORD_RELEASED_MS = 5000;
 
 /** Whether an inbox row keeps a dead event: not when the store refused it, nor when the inbox could never store it (dead at its boundary, 0 attempts). */
 function keptDead(outcome: { readonly attempts: number; readonly unrecorded?: boolean }): boolean {
@@ -125,7 +138,10 @@ function keptDead(outcome: { readonly attempts: number; readonly unrecorded?: bo
 export class DeliveryCore<M> {
   readonly #o: DeliveryCoreOptions<M>;
   readonly #dispatcher: KeyedDispatcher;
-  readonly #held = new Set<M>();
+  /** Held messages and their events (null: unreadable). */
+  readonly #held = new Map<M, OutboxEvent | null>();
+  /** Dead records of messages released on their last delivery, still being written. */
+  readonly #recording = new Set<Promise<void>>();
   #queued: Held<M>[] = [];
   #queueScheduled = false;
   #unreadable = 0;
@@ -148,7 +164,7 @@ export class DeliveryCore<M> {
 
   /** The messages this process holds (for ack-deadline extension). */
   held(): IterableIterator<M> {
-    return this.#held.values();
+    return this.#held.keys();
   }
 
   /**
@@ -175,7 +191,7 @@ export class DeliveryCore<M> {
   /** Takes one received message: its event, or why it is unreadable. */
   accept(message: M, parsed: { readonly ok: true; readonly event: OutboxEvent } | { readonly ok: false; readonly message: string }): void {
     const { core, handler } = this.#o;
-    this.#held.add(message);
+    this.#held.set(message, parsed.ok ? parsed.event : null);
     if (!parsed.ok) {
       this.#o.hooks?.rejected?.(message, parsed.message);
       // A key of its own: waits for nothing, and stop() waits for its dead letter.
@@ -391,13 +407,44 @@ export class DeliveryCore<M> {
   }
 
   #release(message: M, event: OutboxEvent | null): void {
+    const known = event ?? this.#held.get(message) ?? null;
     if (!this.#forget(message)) return;
+    if (known !== null && this.#o.port.lastDelivery?.(message) === true) this.#recordReleased(known);
     this.#o.port.release(message);
     this.#o.hooks?.released?.(message, event);
   }
 
+  /**
+   * The broker moves `event`'s message to its dead letters instead of
+   * delivering it again: the inbox records it dead (bounded; a store that does
+   * not answer in time leaves the broker's copy only, as before), so the
+   * inbox's dead events show it. `recordsSettled()` waits for these writes.
+   */
+  #recordReleased(event: OutboxEvent): void {
+    const { core, handler } = this.#o;
+    const inbox = handler.kind === 'inbox' ? handler.inbox : null;
+    if (inbox?.recordDead === undefined) return;
+    const reason = `released unhandled on its last delivery (stopping, or behind its key): the broker's redrive limit moves it to the broker's dead letters; run it with txbox inbox dead retry`;
+    let timer: NodeJS.Timeout | undefined;
+    const bound = new Promise<void>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`recording event ${event.id} dead did not finish within ${RECORD_RELEASED_MS} ms`)), RECORD_RELEASED_MS);
+    });
+    const write: Promise<void> = Promise.race([inbox.recordDead(event, reason).then(() => undefined), bound])
+      .catch((err: unknown) => core.failed('inbox', err))
+      .finally(() => {
+        clearTimeout(timer);
+        this.#recording.delete(write);
+      });
+    this.#recording.add(write);
+  }
+
+  /** Resolves when the dead records of messages released on their last delivery are written (each bounded). */
+  async recordsSettled(): Promise<void> {
+    while (this.#recording.size > 0) await Promise.allSettled([...this.#recording]);
+  }
+
   /** stop() ran out of time: every message still held is released now. */
   releaseAll(): void {
-    for (const m of [...this.#held]) this.#release(m, null);
+    for (const m of [...this.#held.keys()]) this.#release(m, null);
   }
 }

@@ -100,7 +100,16 @@ export class PubSubConsumer implements Consumer, HealthSource {
       handler: o.handler,
       concurrency: o.concurrency,
       batch: o.batch,
-      port: { ack: (m) => this.#ack(m), deadLetter: (m, reason, event, attempts, kept) => this.#deadLetter(m, reason, event, attempts !== null && !kept), release: (m) => m.nack() },
+      port: {
+        ack: (m) => this.#ack(m),
+        deadLetter: (m, reason, event, attempts, kept) => this.#deadLetter(m, reason, event, attempts !== null && !kept),
+        release: (m) => m.nack(),
+        // The subscription's dead-letter policy forwards a message nacked on its maxDeliveryAttempts-th delivery.
+        lastDelivery: (m) => {
+          const policy = this.#info?.deadLetterPolicy;
+          return policy != null && m.deliveryAttempt >= policy.maxDeliveryAttempts;
+        },
+      },
       hooks: {
         settled: (m, event, status, durationMs) => {
           this.stats[status]++;
@@ -341,6 +350,8 @@ export class PubSubConsumer implements Consumer, HealthSource {
       o.logger.warn({ subscription: o.subscription, inFlight: this.#deliveries.inFlight }, `txbox pubsub consumer: stop timed out after ${o.stopTimeoutMs} ms (stopTimeoutMs); unfinished messages are nacked for redelivery`);
       this.#deliveries.releaseAll();
     }
+    // Messages nacked on their last delivery are recorded dead in the inbox (each bounded) before the stream ends.
+    await this.#deliveries.recordsSettled();
     const sub = this.#subscription;
     this.#subscription = null;
     this.#streamDown = false;

@@ -76,6 +76,8 @@ export class SqsConsumer implements Consumer, HealthSource {
   readonly #deliveries: DeliveryCore<Message>;
   #client: SQSClient | null = null;
   #visibilitySeconds = 30;
+  /** The queue's redrive policy's maxReceiveCount, or null without one. */
+  #maxReceiveCount: number | null = null;
   #loops: Promise<void>[] = [];
   /** Messages asked for by the ReceiveMessage calls in flight (they count toward maxInFlight). */
   #requested = 0;
@@ -105,7 +107,13 @@ export class SqsConsumer implements Consumer, HealthSource {
       batch: o.batch,
       // SQS FIFO hands out a message group's messages together: a key's run commits in one transaction.
       keyRun: 10,
-      port: { ack: (m) => this.#delete(m), deadLetter: (m, reason, event, attempts, kept) => this.#deadLetter(m, reason, event, attempts, kept), release: (m) => this.#release(m) },
+      port: {
+        ack: (m) => this.#delete(m),
+        deadLetter: (m, reason, event, attempts, kept) => this.#deadLetter(m, reason, event, attempts, kept),
+        release: (m) => this.#release(m),
+        // Received maxReceiveCount times: on its next receive SQS moves it to the dead-letter queue instead.
+        lastDelivery: (m) => this.#maxReceiveCount !== null && receiveCount(m) >= this.#maxReceiveCount,
+      },
       hooks: {
         settled: (m, event, status, durationMs) => {
           this.stats[status]++;
@@ -176,6 +184,7 @@ export class SqsConsumer implements Consumer, HealthSource {
     try {
       const attributes = await this.#queueAttributes(client, o.queueUrl, 'queueUrl');
       this.#visibilitySeconds = o.visibilityTimeoutSeconds ?? Number(attributes['VisibilityTimeout'] ?? 30);
+      this.#maxReceiveCount = maxReceiveCountOf(attributes['RedrivePolicy']);
       if (o.deadLetterQueueUrl !== null) await this.#queueAttributes(client, o.deadLetterQueueUrl, 'deadLetterQueueUrl');
       else if (!attributes['RedrivePolicy']) {
         throw new ConfigError('deadLetterQueueUrl', `is not set and queue ${o.queueUrl} has no RedrivePolicy: dead events and unreadable messages would come back forever; give the queue a redrive policy (a dead-letter queue and maxReceiveCount) or set deadLetterQueueUrl`);
@@ -380,8 +389,9 @@ export class SqsConsumer implements Consumer, HealthSource {
       o.logger.warn({ queue: o.queueUrl, inFlight: this.#deliveries.inFlight }, `txbox sqs consumer: stop timed out after ${o.stopTimeoutMs} ms (stopTimeoutMs); unfinished messages are made visible again`);
       this.#deliveries.releaseAll();
     }
-    // Deletes and releases waiting or in flight go out before the client closes (each request bounded by requestTimeoutMs).
-    await Promise.all([this.#deletes.flush(), this.#releases.flush()]);
+    // Deletes and releases waiting or in flight go out before the client closes (each request bounded by requestTimeoutMs),
+    // and the inbox records messages released on their last receive dead (each bounded).
+    await Promise.all([this.#deletes.flush(), this.#releases.flush(), this.#deliveries.recordsSettled()]);
     const client = this.#client;
     this.#client = null;
     this.#connected = false;
@@ -394,6 +404,17 @@ function deferred(): { readonly promise: Promise<void>; readonly resolve: () => 
   let resolve!: () => void;
   const promise = new Promise<void>((r) => (resolve = r));
   return { promise, resolve };
+}
+
+/** `maxReceiveCount` of a queue's RedrivePolicy attribute (JSON; the count may be a string), or null. */
+function maxReceiveCountOf(policy: string | undefined): number | null {
+  if (policy === undefined) return null;
+  try {
+    const n = Number((JSON.parse(policy) as { maxReceiveCount?: unknown }).maxReceiveCount);
+    return Number.isSafeInteger(n) && n > 0 ? n : null;
+  } catch {
+    return null;
+  }
 }
 
 function receiveCount(m: Message): number {
