@@ -68,6 +68,13 @@ export interface RunBatchOptions {
    * version it waits for.
    */
   readonly holdReason?: (err: unknown) => string | null;
+  /**
+   * The longest the batch's handlers may take together (the inbox's
+   * `handlerTimeoutMs` for each event): the store bounds the transaction by it
+   * plus its own statements' allowance, so that a database gone silent does
+   * not hold the transaction until TCP gives up. Undefined: no bound.
+   */
+  readonly handlersTimeoutMs?: number;
 }
 
 /**

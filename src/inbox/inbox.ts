@@ -407,7 +407,7 @@ export class Inbox<Tx = SqlExecutor> {
             const p = byReceived.get(e)!;
             return this.#runHandler(p.item.trace, () => p.handler(p.typed, tx));
           },
-          options,
+          { ...options, ...this.#handlersTimeout(prepared.length) },
         );
       try {
         result = await run();
@@ -510,6 +510,11 @@ export class Inbox<Tx = SqlExecutor> {
     }
   }
 
+  /** The handlers' total allowance for a batch of `events`, for the store's transaction bound (none with the timeout off). */
+  #handlersTimeout(events: number): { handlersTimeoutMs?: number } {
+    return this.#handlerTimeoutMs === 0 ? {} : { handlersTimeoutMs: this.#handlerTimeoutMs * events };
+  }
+
   /**
    * Runs a handler in its span, failing with HandlerTimeoutError when it has not finished within
    * handlerTimeoutMs (the store then abandons the transaction and discards its connection). What
@@ -564,7 +569,7 @@ export class Inbox<Tx = SqlExecutor> {
       try {
         const typed = await this.#validate(entry, event);
         const reasons: string[] = [];
-        const options = holding ? { holdReason: holdReasonsInto(reasons) } : undefined;
+        const options = { ...(holding ? { holdReason: holdReasonsInto(reasons) } : {}), ...this.#handlersTimeout(1) };
         // The event as received to the store (a held row keeps it so), the schema's output to the handler.
         const { ran, heldKeys, held } = await this.#store.runBatch(this.consumer, [event], (tx) => this.#runHandler(trace, () => entry.handler(typed, tx)), options);
         if (held?.[0]) {

@@ -121,9 +121,23 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
         throw err;
       }
     },
-    async transaction(fn) {
+    async transaction(fn, timeoutMs) {
       const client = await pool.connect();
       let discard: Error | undefined;
+      // The whole transaction's bound: a server gone silent would hold it until TCP gives up. The socket is
+      // destroyed, so every statement waiting on it fails at once; the server rolls back what did not commit.
+      let timedOut = false;
+      const timer =
+        timeoutMs === undefined
+          ? undefined
+          : setTimeout(() => {
+              timedOut = true;
+              destroySocket(client);
+            }, timeoutMs);
+      // A checked-out client's connection error is emitted on it (not the pool): the statement waiting fails
+      // with it too; without a listener the event would crash the process.
+      const onError = (): void => {};
+      client.on('error', onError);
       try {
         await client.query('BEGIN');
         const result = await fn(client);
@@ -131,8 +145,14 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
         // answers COMMIT with ROLLBACK, and no error. Nothing was committed; say so.
         const commit = await client.query('COMMIT');
         if (commit.command === 'ROLLBACK') throw new TransactionRolledBackError();
+        // COMMIT answered as the timer fired: committed, but the socket is gone.
+        if (timedOut) discard = new QueryTimeoutError(timeoutMs!);
         return result;
       } catch (err) {
+        if (timedOut) {
+          discard = new QueryTimeoutError(timeoutMs!);
+          throw discard;
+        }
         // Code still running may use this client (an abandoned handler): destroyed, never pooled
         // again; the server rolls the transaction back when the connection closes.
         // A statement that timed out holds the client too: pg queues the ROLLBACK behind its answer.
@@ -140,6 +160,8 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
         else await client.query('ROLLBACK').catch(() => {});
         throw err;
       } finally {
+        clearTimeout(timer);
+        client.off('error', onError);
         client.release(discard);
       }
     },

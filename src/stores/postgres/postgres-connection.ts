@@ -19,8 +19,13 @@ export interface PostgresConnection extends SqlExecutor {
    * gives up, about 15 minutes on Linux. In-process databases (PGlite) ignore it.
    */
   query<R = Record<string, unknown>>(text: string, params?: unknown[], name?: string, timeoutMs?: number): Promise<{ rows: R[] }>;
-  /** Runs `fn` in a transaction on one connection; commits when it resolves, rolls back when it throws. */
-  transaction<T>(fn: (tx: SqlExecutor) => Promise<T>): Promise<T>;
+  /**
+   * Runs `fn` in a transaction on one connection; commits when it resolves, rolls back when it throws.
+   * `timeoutMs` bounds the whole transaction, COMMIT included: past it the connection is destroyed
+   * (the server rolls back what did not commit) and the call rejects with a `QueryTimeoutError`.
+   * In-process databases (PGlite) ignore it.
+   */
+  transaction<T>(fn: (tx: SqlExecutor) => Promise<T>, timeoutMs?: number): Promise<T>;
   /** Calls `onNotify` for each notification on `channel`; resolves with a function that stops listening. */
   listen(channel: string, onNotify: () => void): Promise<() => Promise<void>>;
   /**
@@ -41,7 +46,7 @@ export interface PostgresConnection extends SqlExecutor {
 export function boundedConnection(connection: PostgresConnection, timeoutMs: number): PostgresConnection {
   const bounded: PostgresConnection = {
     query: (text, params, name, ms) => connection.query(text, params, name, ms ?? timeoutMs),
-    transaction: (fn) => connection.transaction(fn),
+    transaction: (fn, ms) => connection.transaction(fn, ms),
     listen: (channel, onNotify) => connection.listen(channel, onNotify),
     close: () => connection.close(),
   };

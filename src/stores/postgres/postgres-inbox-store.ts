@@ -1,9 +1,9 @@
 import { withoutPayloadText, type OutboxEvent } from '../../core/envelope.ts';
-import { InvalidEventError } from '../../core/errors.ts';
+import { ConfigError, InvalidEventError } from '../../core/errors.ts';
 import { canonicalEventId, quoteId, storableText } from '../../core/inbound-event.ts';
 import { InboxBatchError, type InboxStore, type RunBatchOptions } from '../../core/inbox-ports.ts';
 import type { SqlExecutor } from '../../core/ports.ts';
-import type { PostgresConnection } from './postgres-connection.ts';
+import { boundedConnection, type PostgresConnection } from './postgres-connection.ts';
 import { postgresNames, type PostgresNames } from './postgres-sql.ts';
 
 export interface PostgresInboxStoreOptions {
@@ -13,6 +13,16 @@ export interface PostgresInboxStoreOptions {
   readonly schema?: string;
   /** Default: `inbox`. */
   readonly table?: string;
+  /**
+   * The allowance for the store's own statements: each statement outside a
+   * handler's transaction waits at most this long, and a handler's
+   * transaction at most the handlers' timeout (the inbox's
+   * `handlerTimeoutMs`) plus this. Past it the connection is dropped and the
+   * call fails as an outage (retried), so that a database gone silent (a host
+   * lost, a firewall that dropped the connections' state) holds no key for
+   * TCP's ~15 minutes. Ignored by PGlite. Default: 30000 ms.
+   */
+  readonly statementTimeoutMs?: number;
 }
 
 /** Names of an inbox table (same rules as the outbox's). */
@@ -44,13 +54,19 @@ function storedId(id: string): string {
 export class PostgresInboxStore implements InboxStore {
   readonly names: PostgresNames;
   readonly #db: PostgresConnection;
+  readonly #timeoutMs: number;
   readonly #sql: { lock: string; claim: string; fail: string; hold: string; holdInTx: string; held: string; retries: string; recheck: string };
   /** The advisory lock space of this table's keys (the first of the two int4 keys). */
   readonly #lockSpace: string;
 
   constructor(options: PostgresInboxStoreOptions) {
     this.names = inboxNames(options);
-    this.#db = options.connection;
+    const timeoutMs = options.statementTimeoutMs ?? 30_000;
+    if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 100) {
+      throw new ConfigError('statementTimeoutMs', `must be a whole number of milliseconds >= 100, got ${String(options.statementTimeoutMs)}`);
+    }
+    this.#timeoutMs = timeoutMs;
+    this.#db = boundedConnection(options.connection, timeoutMs);
     const t = this.names.outbox; // the inbox table itself
     const reopenable = `i.status IN ('failed', 'retry', 'held')`;
     this.#lockSpace = `txbox.inbox:${t}`;
@@ -123,6 +139,7 @@ export class PostgresInboxStore implements InboxStore {
       input.push({ n, id, type: e.type, key: e.key, version: e.version });
     }
     const versionedKeys = [...new Set(input.filter((e) => e.version !== null && e.version !== undefined).map((e) => e.key))];
+    const bound = options.handlersTimeoutMs === undefined ? undefined : options.handlersTimeoutMs + this.#timeoutMs;
     return this.#db.transaction(async (tx) => {
       if (versionedKeys.length > 0) await tx.query(this.#sql.lock, [this.#lockSpace, consumer, versionedKeys]);
       const { rows } = (await tx.query(this.#sql.claim, [consumer, JSON.stringify(input)])) as { rows: { id: string; key: string; has_held: boolean }[] };
@@ -156,7 +173,7 @@ export class PostgresInboxStore implements InboxStore {
         }
       }
       return { ran, heldKeys, held };
-    });
+    }, bound);
   }
 
   async recordFailure(consumer: string, event: OutboxEvent, error: string, maxAttempts: number) {
