@@ -1,5 +1,5 @@
 /**
- * The MySQL/MariaDB relay store when its connections go silent (see
+ * The MySQL/MariaDB relay and inbox stores when their connections go silent (see
  * relay-db-silent.test.ts for PostgreSQL): a proxy stops forwarding on every
  * open connection without closing them; new connections work. The relay must
  * bound its statements, drop those connections and publish again.
@@ -8,8 +8,8 @@ import { after, before, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import mysql from 'mysql2/promise';
-import { createOutbox, createRelay, defineEvent, payloadType } from 'txbox';
-import { MysqlOutboxStore, MysqlRelayStore, migrateMysql, mysqlConnection, mysqlNames, type MysqlConnection } from 'txbox/mysql';
+import { createInbox, createOutbox, createRelay, defineEvent, payloadType, uuidv7, type OutboxEvent } from 'txbox';
+import { MysqlInboxStore, MysqlOutboxStore, MysqlRelayStore, migrateMysql, migrateMysqlInbox, mysqlConnection, mysqlInboxNames, mysqlNames, type MysqlConnection } from 'txbox/mysql';
 import { RecordingTransport } from 'txbox/testing';
 import { MYSQL_URL } from '../helpers/mysql-conformance.ts';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts';
@@ -57,6 +57,30 @@ it('publishes again over new connections when every open one goes silent', { tim
     const stopping = performance.now();
     await relay.stop();
     assert.ok(performance.now() - stopping < 15_000, 'stop() waited on the silent connections');
+    await connection.close();
+  }
+});
+
+it('the inbox processes again over new connections when every open one goes silent', { timeout: 60_000 }, async () => {
+  await migrateMysqlInbox(direct, mysqlInboxNames());
+  await direct.query('CREATE TABLE IF NOT EXISTS effects (event_id VARCHAR(36) NOT NULL PRIMARY KEY) ENGINE = InnoDB');
+  const url = new URL(MYSQL_URL.replace(/\/[^/]*$/, `/${database}`));
+  url.port = String(proxy.port);
+  const connection = await mysqlConnection({ uri: url.toString(), maxConnections: 2 });
+  const inbox = createInbox({ store: new MysqlInboxStore({ connection, statementTimeoutMs: 1000 }), consumer: 'silent', handlerTimeoutMs: 1000, autoStart: false });
+  inbox.on('Noted', async (e, tx) => void (await tx.query('INSERT INTO effects (event_id) VALUES (?)', [e.id])));
+  const note = (key: string): OutboxEvent => ({ id: uuidv7(), type: 'Noted', aggregateType: 'Note', aggregateId: key, key: `Note:${key}`, destination: 'notes', payload: {}, headers: {}, occurredAt: new Date(), version: null });
+  try {
+    await Promise.all([inbox.process(note('a')), inbox.process(note('b'))]); // both pooled connections open
+    proxy.silence();
+    const started = performance.now();
+    const e = note('c');
+    let outcome: Awaited<ReturnType<typeof inbox.process>> | undefined;
+    for (let i = 0; i < 20 && outcome?.status !== 'processed'; i++) outcome = await inbox.process(e).catch(() => undefined);
+    const took = performance.now() - started;
+    assert.equal(outcome?.status, 'processed');
+    assert.ok(took < 15_000, `took ${Math.round(took)} ms`);
+  } finally {
     await connection.close();
   }
 });

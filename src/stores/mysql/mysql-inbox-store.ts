@@ -3,7 +3,7 @@ import { withoutPayloadText, type OutboxEvent } from '../../core/envelope.ts';
 import { ConfigError, InvalidEventError } from '../../core/errors.ts';
 import { canonicalEventId, quoteId, storableText } from '../../core/inbound-event.ts';
 import { InboxBatchError, type InboxStore, type RunBatchOptions } from '../../core/inbox-ports.ts';
-import type { MysqlConnection, MysqlExecutor } from './mysql-connection.ts';
+import { boundedMysqlConnection, type MysqlConnection, type MysqlExecutor } from './mysql-connection.ts';
 import { deadlockRetry } from './mysql-errors.ts';
 import { mysqlInboxNames, NOW, type MysqlInboxNames } from './mysql-sql.ts';
 
@@ -14,6 +14,14 @@ export interface MysqlInboxStoreOptions {
   readonly database?: string;
   /** Default: `inbox`. */
   readonly table?: string;
+  /**
+   * The allowance for the store's own statements: each statement outside a
+   * handler's transaction waits at most this long, and a handler's
+   * transaction at most the handlers' timeout (the inbox's
+   * `handlerTimeoutMs`) plus this; past it the connection is destroyed and
+   * the call fails as an outage (retried). Default: 30000 ms.
+   */
+  readonly statementTimeoutMs?: number;
 }
 
 /** Longest consumer name the table holds (`consumer VARCHAR(200)`). */
@@ -89,11 +97,20 @@ async function rowsOf<R>(tx: MysqlExecutor, sql: string, values: unknown[]): Pro
 export class MysqlInboxStore implements InboxStore<MysqlExecutor> {
   readonly names: MysqlInboxNames;
   readonly #db: MysqlConnection;
+  readonly #handlerDb: MysqlConnection;
+  readonly #timeoutMs: number;
 
   constructor(options: MysqlInboxStoreOptions) {
     if (!options?.connection) throw new ConfigError('connection', 'pass a MysqlConnection: connection: await mysqlConnection({ uri }) or mysqlConnection({ pool })');
     this.names = mysqlInboxNames(options);
-    this.#db = options.connection;
+    const timeoutMs = options.statementTimeoutMs ?? 30_000;
+    if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 100) {
+      throw new ConfigError('statementTimeoutMs', `must be a whole number of milliseconds >= 100, got ${String(options.statementTimeoutMs)}`);
+    }
+    this.#timeoutMs = timeoutMs;
+    // The store's own statements and transactions; a handler's transaction gets its own bound (runBatch).
+    this.#db = boundedMysqlConnection(options.connection, timeoutMs);
+    this.#handlerDb = options.connection;
   }
 
   runBatch(consumer: string, events: readonly OutboxEvent[], handler: (tx: MysqlExecutor, event: OutboxEvent) => Promise<void>, options: RunBatchOptions = {}) {
@@ -110,8 +127,9 @@ export class MysqlInboxStore implements InboxStore<MysqlExecutor> {
       input.push({ id, e: events[n]! });
     }
     const slots = [...new Set(input.filter(({ e }) => e.version !== null && e.version !== undefined).map(({ e }) => keySlot(consumer, e.key)))].sort((a, b) => a - b);
+    const bound = options.handlersTimeoutMs === undefined ? undefined : options.handlersTimeoutMs + this.#timeoutMs;
     return deadlockRetry(() =>
-      this.#db.transaction(async (tx) => {
+      this.#handlerDb.transaction(async (tx) => {
         // Serializes the transactions of one (consumer, key) of versioned events, in one order
         // (slot order; a deadlock is retried): the claim that follows sees every hold committed
         // before it, and a hold cannot commit between an earlier version's look for held
@@ -190,7 +208,7 @@ export class MysqlInboxStore implements InboxStore<MysqlExecutor> {
           }
         }
         return { ran, heldKeys, held };
-      }),
+      }, bound),
     );
   }
 
