@@ -16,9 +16,11 @@ export {
 
 /**
  * Publishes each event as one signed HTTP POST (a secret is required unless `allowUnsigned: true`) (a webhook) to its
- * destination's endpoint. A 2xx answer is the ack; 408, 425, 429, 5xx,
- * timeouts and connection failures are retriable (Retry-After honoured);
- * other 4xx and every 3xx are permanent. Events of one call go out
+ * destination's endpoint. A 2xx answer is the ack; 408, 425, 429, 5xx (but
+ * 503), answers that do not come in time and dropped connections are
+ * retriable (Retry-After honoured); 401, 403, 404, 503 and an endpoint out of
+ * reach (refused, unknown host, no route, no connection within timeoutMs)
+ * are destination-down; other 4xx and every 3xx are permanent. Events of one call go out
  * concurrently over a keep-alive pool.
  *
  * @example
