@@ -6,6 +6,7 @@
  * attempt's message (which names the setting to check).
  */
 import assert from 'node:assert/strict';
+import type { OutboxEvent } from 'txbox';
 import { waitFor } from './wait.ts';
 
 interface WaitingConsumer {
@@ -31,4 +32,26 @@ export async function startWhileUnreachable(consumer: WaitingConsumer, timeoutMs
   const outcome: unknown = state.outcome;
   assert.ok(outcome instanceof Error && (outcome as Error & { code?: string }).code === 'TXBOX_ABORTED', `stop() ends the wait: ${String(outcome)}`);
   return attempts[0]!;
+}
+
+/**
+ * An inbox whose database connections all go silent (a proxy that stops
+ * forwarding on every open one): `warm` is processed first (it opens the
+ * pool's connections), then the proxy is silenced and `fresh` processed,
+ * retrying an outage in place as a consumer does. Returns how long `fresh`
+ * took once the connections went silent.
+ */
+export async function processAfterSilence(
+  proxy: { silence(): void },
+  inbox: { process(event: OutboxEvent): Promise<{ readonly status: string }> },
+  warm: readonly OutboxEvent[],
+  fresh: OutboxEvent,
+): Promise<number> {
+  await Promise.all(warm.map((e) => inbox.process(e)));
+  proxy.silence();
+  const started = performance.now();
+  let status: string | undefined;
+  for (let i = 0; i < 20 && status !== 'processed'; i++) status = (await inbox.process(fresh).catch(() => undefined))?.status;
+  assert.equal(status, 'processed');
+  return performance.now() - started;
 }
