@@ -34,3 +34,13 @@ export function parseDuration(text: string, field: string): number {
   }
   return Math.round(total);
 }
+
+/**
+ * A millisecond option of a store or connection: `fallback` when not given,
+ * else a whole number of milliseconds >= `min`, or a ConfigError naming `field`.
+ */
+export function millisOption(field: string, value: number | undefined, fallback: number, min: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value < min) throw new ConfigError(field, `must be a whole number of milliseconds >= ${min}, got ${String(value)}`);
+  return value;
+}

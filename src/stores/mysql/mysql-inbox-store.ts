@@ -3,6 +3,7 @@ import { withoutPayloadText, type OutboxEvent } from '../../core/envelope.ts';
 import { ConfigError, InvalidEventError } from '../../core/errors.ts';
 import { canonicalEventId, quoteId, storableText } from '../../core/inbound-event.ts';
 import { InboxBatchError, type InboxStore, type RunBatchOptions } from '../../core/inbox-ports.ts';
+import { millisOption } from '../../core/duration.ts';
 import { boundedMysqlConnection, type MysqlConnection, type MysqlExecutor } from './mysql-connection.ts';
 import { deadlockRetry } from './mysql-errors.ts';
 import { mysqlInboxNames, NOW, type MysqlInboxNames } from './mysql-sql.ts';
@@ -103,11 +104,7 @@ export class MysqlInboxStore implements InboxStore<MysqlExecutor> {
   constructor(options: MysqlInboxStoreOptions) {
     if (!options?.connection) throw new ConfigError('connection', 'pass a MysqlConnection: connection: await mysqlConnection({ uri }) or mysqlConnection({ pool })');
     this.names = mysqlInboxNames(options);
-    const timeoutMs = options.statementTimeoutMs ?? 30_000;
-    if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 100) {
-      throw new ConfigError('statementTimeoutMs', `must be a whole number of milliseconds >= 100, got ${String(options.statementTimeoutMs)}`);
-    }
-    this.#timeoutMs = timeoutMs;
+    const timeoutMs = (this.#timeoutMs = millisOption('statementTimeoutMs', options.statementTimeoutMs, 30_000, 100));
     // The store's own statements and transactions; a handler's transaction gets its own bound (runBatch).
     this.#db = boundedMysqlConnection(options.connection, timeoutMs);
     this.#handlerDb = options.connection;

@@ -1,5 +1,6 @@
 import type { StoredEvent } from '../../core/envelope.ts';
 import { ConfigError } from '../../core/errors.ts';
+import { millisOption } from '../../core/duration.ts';
 import type { BucketLease, ClaimOptions, Completion, OutboxGauges, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
 import { boundedMysqlConnection, type MysqlConnection } from './mysql-connection.ts';
 import { deadlockRetry } from './mysql-errors.ts';
@@ -96,11 +97,7 @@ export class MysqlRelayStore implements RelayStore {
       throw new ConfigError('deleteOnPublish', `must be true or false, got ${JSON.stringify(options.deleteOnPublish)}`);
     }
     this.names = mysqlNames(options);
-    const timeoutMs = options.statementTimeoutMs ?? 30_000;
-    if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 100) {
-      throw new ConfigError('statementTimeoutMs', `must be a whole number of milliseconds >= 100, got ${String(options.statementTimeoutMs)}`);
-    }
-    this.#timeoutMs = timeoutMs;
+    const timeoutMs = (this.#timeoutMs = millisOption('statementTimeoutMs', options.statementTimeoutMs, 30_000, 100));
     this.#db = boundedMysqlConnection(options.connection, timeoutMs);
     this.#deleteOnPublish = options.deleteOnPublish ?? false;
   }

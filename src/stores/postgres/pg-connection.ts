@@ -1,9 +1,11 @@
 import pg from 'pg';
 import { abandonsConnection, ConfigError, QueryTimeoutError, TransactionRolledBackError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
+import { millisOption } from '../../core/duration.ts';
 import { silentLogger } from '../../core/logger.ts';
 import type { PostgresConnection } from './postgres-connection.ts';
 import { preparedParams, relayTypes } from './pg-values.ts';
+import { destroySocket, endOrAbandon } from './pg-sockets.ts';
 
 export interface PgConnectionOptions {
   /** A `pg` Pool to use; txbox does not end it. Give this or `connectionString`. */
@@ -47,22 +49,10 @@ function applicationName(name: string | undefined): string {
   return name.slice(0, 63);
 }
 
-function connectTimeoutMs(value: number | undefined): number {
-  if (value === undefined) return 15_000;
-  if (!Number.isSafeInteger(value) || value < 100) throw new ConfigError('connectTimeoutMs', `must be a whole number of milliseconds >= 100, got ${String(value)}`);
-  return value;
-}
-
-function listenPingMs(value: number | undefined): number {
-  if (value === undefined) return 15_000;
-  if (!Number.isSafeInteger(value) || value < 100) throw new ConfigError('listenPingMs', `must be a whole number of milliseconds >= 100, got ${String(value)}`);
-  return value;
-}
-
 /** Builds a PostgresConnection over a `pg` Pool (yours or one txbox opens). */
 export function pgConnection(options: PgConnectionOptions): PostgresConnection {
   const logger = options.logger ?? silentLogger;
-  const pingEveryMs = listenPingMs(options.listenPingMs);
+  const pingEveryMs = millisOption('listenPingMs', options.listenPingMs, 15_000, 100);
   const pingTimeoutMs = Math.min(LISTEN_PING_TIMEOUT_MS, pingEveryMs);
   let owned = false;
   let pool: pg.Pool;
@@ -84,7 +74,7 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
       application_name: applicationName(options.applicationName),
       keepAlive: true,
       keepAliveInitialDelayMillis: KEEPALIVE_IDLE_MS,
-      connectionTimeoutMillis: connectTimeoutMs(options.connectTimeoutMs),
+      connectionTimeoutMillis: millisOption('connectTimeoutMs', options.connectTimeoutMs, 15_000, 100),
     });
     owned = true;
   } else {
@@ -259,29 +249,10 @@ export function pgConnection(options: PgConnectionOptions): PostgresConnection {
 /** How long an idle connection txbox opened waits before TCP keepalive probes start. */
 const KEEPALIVE_IDLE_MS = 10_000;
 const LISTEN_PING_TIMEOUT_MS = 10_000;
-/** How long ending a client may wait for the server's goodbye before its socket is destroyed. */
-const END_WAIT_MS = 2000;
 
 /** pg's own error when a statement with `query_timeout` gets no answer in time. */
 function isReadTimeout(err: unknown): boolean {
   return err instanceof Error && err.message === 'Query read timeout';
-}
-
-function destroySocket(c: pg.ClientBase): void {
-  (c as unknown as { connection?: { stream?: { destroy?: () => void } } }).connection?.stream?.destroy?.();
-}
-
-/** Ends a client, or destroys its socket when the server does not answer the goodbye in time (a silent server). */
-async function endOrAbandon(c: pg.Client): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<void>((resolve) => {
-    timer = setTimeout(() => {
-      destroySocket(c);
-      resolve();
-    }, END_WAIT_MS);
-  });
-  await Promise.race([c.end().catch(() => {}), late]);
-  clearTimeout(timer);
 }
 
 /**

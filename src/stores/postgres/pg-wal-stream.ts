@@ -3,6 +3,7 @@
 import type pg from 'pg';
 import { performance } from 'node:perf_hooks';
 import { thrownText } from '../../core/error-text.ts';
+import { destroySocket, endOrAbandon } from './pg-sockets.ts';
 
 /**
  * One logical replication stream over node-postgres (`replication: 'database'`):
@@ -285,21 +286,8 @@ export async function openWalStream(options: WalStreamOptions): Promise<WalStrea
       clearInterval(watch);
       ended = true;
       // A silent server never answers the goodbye: its socket is destroyed after a short wait.
-      let late: NodeJS.Timeout | undefined;
-      await Promise.race([
-        client.end().catch(() => {}),
-        new Promise<void>((resolve) => {
-          late = setTimeout(() => {
-            destroySocket(client);
-            resolve();
-          }, 2000);
-        }),
-      ]);
-      clearTimeout(late);
+      await endOrAbandon(client);
     },
   };
 }
 
-function destroySocket(client: pg.Client): void {
-  (client as unknown as { connection?: { stream?: { destroy?: () => void } } }).connection?.stream?.destroy?.();
-}

@@ -1,5 +1,6 @@
 import { withoutPayloadText, type OutboxEvent } from '../../core/envelope.ts';
-import { ConfigError, InvalidEventError } from '../../core/errors.ts';
+import { InvalidEventError } from '../../core/errors.ts';
+import { millisOption } from '../../core/duration.ts';
 import { canonicalEventId, quoteId, storableText } from '../../core/inbound-event.ts';
 import { InboxBatchError, type InboxStore, type RunBatchOptions } from '../../core/inbox-ports.ts';
 import type { SqlExecutor } from '../../core/ports.ts';
@@ -61,11 +62,7 @@ export class PostgresInboxStore implements InboxStore {
 
   constructor(options: PostgresInboxStoreOptions) {
     this.names = inboxNames(options);
-    const timeoutMs = options.statementTimeoutMs ?? 30_000;
-    if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 100) {
-      throw new ConfigError('statementTimeoutMs', `must be a whole number of milliseconds >= 100, got ${String(options.statementTimeoutMs)}`);
-    }
-    this.#timeoutMs = timeoutMs;
+    const timeoutMs = (this.#timeoutMs = millisOption('statementTimeoutMs', options.statementTimeoutMs, 30_000, 100));
     this.#db = boundedConnection(options.connection, timeoutMs);
     const t = this.names.outbox; // the inbox table itself
     const reopenable = `i.status IN ('failed', 'retry', 'held')`;

@@ -1,5 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import { ConfigError } from '../../core/errors.ts';
+import { millisOption } from '../../core/duration.ts';
 import type { StoredEvent } from '../../core/envelope.ts';
 import { scrubErrorText } from '../../core/error-text.ts';
 import type { BucketLease, ClaimOptions, Completion, OutboxGauges, RelayHeartbeat, RelayStore, WakeSlotLag } from '../../core/ports.ts';
@@ -162,29 +163,6 @@ export function rowToEvent(r: EventRow): StoredEvent {
   return event;
 }
 
-function resolveReleaseHeldEveryMs(value: number | undefined): number {
-  if (value === undefined) return 30_000;
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new ConfigError('releaseHeldEveryMs', `must be a whole number of milliseconds >= 0, got ${String(value)}`);
-  }
-  return value;
-}
-
-function resolveStatementTimeoutMs(value: number | undefined): number {
-  if (value === undefined) return 30_000;
-  if (!Number.isSafeInteger(value) || value < 100) {
-    throw new ConfigError('statementTimeoutMs', `must be a whole number of milliseconds >= 100, got ${String(value)}`);
-  }
-  return value;
-}
-
-function resolveFullClaimEveryMs(value: number | undefined): number {
-  if (value === undefined) return 1000;
-  if (!Number.isSafeInteger(value) || value < 1) {
-    throw new ConfigError('walFullClaimEveryMs', `must be a whole number of milliseconds >= 1, got ${String(value)}`);
-  }
-  return value;
-}
 
 /** How the relay's claims ran (WAL mode: by seq, or answered without a query). */
 export interface ClaimStats {
@@ -248,14 +226,14 @@ export class PostgresRelayStore implements RelayStore {
 
   constructor(options: PostgresRelayStoreOptions) {
     this.names = postgresNames(options);
-    this.#timeoutMs = resolveStatementTimeoutMs(options.statementTimeoutMs);
+    this.#timeoutMs = millisOption('statementTimeoutMs', options.statementTimeoutMs, 30_000, 100);
     this.#db = boundedConnection(options.connection, this.#timeoutMs);
     if (options.wake !== undefined && options.wake !== 'notify' && options.wake !== 'wal') {
       throw new ConfigError('wake', `must be 'notify' or 'wal', got ${JSON.stringify(options.wake)}`);
     }
     this.#logger = options.logger ?? silentLogger;
     if (options.wake === 'wal') {
-      const targets = (this.#targets = new WalClaimTargets(resolveFullClaimEveryMs(options.walFullClaimEveryMs)));
+      const targets = (this.#targets = new WalClaimTargets(millisOption('walFullClaimEveryMs', options.walFullClaimEveryMs, 1000, 1)));
       this.#wal = new PostgresWalWake({
         connection: this.#db,
         names: this.names,
@@ -288,7 +266,7 @@ export class PostgresRelayStore implements RelayStore {
       hold: holdSql(this.names),
       releaseHeld: releaseHeldSql(this.names),
     };
-    this.#releaseHeldEveryMs = resolveReleaseHeldEveryMs(options.releaseHeldEveryMs);
+    this.#releaseHeldEveryMs = millisOption('releaseHeldEveryMs', options.releaseHeldEveryMs, 30_000, 0);
     // The claim's outer statement (a call of the claim function, which plans its query per
     // call) runs prepared. The complete statement is planned per call: a generic plan cannot
     // see the batch size or the table's growth, and drained 20-40% slower (docs/performance-notes.md, finding 7).
