@@ -397,7 +397,11 @@ describe('PubSubConsumer on the Pub/Sub emulator and PostgreSQL', { skip }, () =
   });
 
   it('an outage of the connection (cut and refused for 3 s): the stream comes back by itself and nothing is lost', { timeout: 180_000 }, async () => {
-    const { topic, sub, name } = await fresh();
+    // Unordered: on an ordered subscription the emulator may never hand out again the keys whose deliveries
+    // (or acks) the cut stream held while the consumer's new stream is connected (docs/transports/pubsub.md,
+    // "The emulator and what it supports"); once in a full CI run, the events after the outage never came.
+    // Ordering across an outage is checked by the conformance suite's outage (publishing side) and on SQS FIFO.
+    const { topic, sub, name } = await fresh({ enableMessageOrdering: false, ackDeadlineSeconds: 10 });
     const inbox = inboxFor(name);
     recording(inbox, name);
     const proxy = await emulatorProxy();
