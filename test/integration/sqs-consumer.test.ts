@@ -11,7 +11,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { Agent } from 'node:http';
+import { GetQueueAttributesCommand, ReceiveMessageCommand, SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { ConfigError, createInbox, uuidv7, type Inbox, type OutboxEvent } from 'txbox';
 import { PostgresInboxStore, inboxNames, migrateInbox, migratePostgres, postgresNames } from 'txbox/postgres';
 import { encodeSqsMessage, SqsConsumer, SqsTransport, type SqsConsumerOptions } from 'txbox/sqs';
@@ -20,6 +21,7 @@ import { openDb, type TestDb } from '../helpers/databases.ts';
 import { createQueue, CuttableProxy, deleteQueues, queueUrl, SQS_ENDPOINT, SQS_PORT, sqsClient, TEST_CREDENTIALS, uniqueQueueName } from '../helpers/sqs.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { startWhileUnreachable } from '../helpers/outage.ts';
+import { startTcpProxy } from '../helpers/tcp-proxy.ts';
 import { runWorkerModeScenario } from '../fixtures/worker-mode.ts';
 
 let db: TestDb;
@@ -171,7 +173,9 @@ describe('SqsConsumer on ElasticMQ and PostgreSQL', () => {
     await waitFor('the first attempt failed', async () => (await db.query(`SELECT 1 FROM "${db.schema}".inbox WHERE consumer = $1 AND attempts >= 1`, [name])).length === 1);
     assert.deepEqual(await counts(url), { visible: 0, inFlight: 1 }, 'held, not deleted, while the handler has not committed');
     await first.stop();
-    assert.deepEqual([first.stats.released, first.stats.deleted, first.stats.processed], [1, 0, 0], 'nothing deleted before a commit');
+    assert.deepEqual([first.stats.deleted, first.stats.processed], [0, 0], 'nothing deleted before a commit');
+    // Released at stop, and again each time a long poll still in flight got it back meanwhile.
+    assert.ok(first.stats.released >= 1, `released (${first.stats.released})`);
     failing = false;
     assert.deepEqual(await counts(url), { visible: 1, inFlight: 0 }, 'visible again at once after stop()');
     const second = consumerFor(url, { inbox });
@@ -256,6 +260,84 @@ describe('SqsConsumer on ElasticMQ and PostgreSQL', () => {
     );
     assert.deepEqual(rows.map((r) => [r.event_id, r.status]), [[v1.id, 'processed'], [v2.id, 'dead']], 'the inbox keeps v2, which SQS will move to the DLQ');
     assert.match(rows[1]!.last_error ?? '', /last delivery.*txbox inbox dead retry/);
+  });
+
+  it('a message that arrives while stopping on its last receive (maxReceiveCount) is recorded dead in the inbox before it is made visible again', { timeout: 60_000 }, async () => {
+    const { url, name } = await fresh(false, {}, 1);
+    const inbox = inboxFor(name);
+    recording(inbox, name);
+    const consumer = consumerFor(url, { inbox, waitTimeSeconds: 5 });
+    await consumer.start();
+    await sleep(500); // a long poll is in flight: stop() waits for it
+    const stopping = consumer.stop();
+    const late = ev('late', 1);
+    await send(url, [late]); // the long poll returns it while stopping: released unhandled on its first and last receive
+    await stopping;
+    assert.equal(consumer.stats.received, 0);
+    assert.ok(consumer.stats.released >= 1, `released (${consumer.stats.released})`);
+    const rows = await db.query<{ event_id: string; status: string; last_error: string | null }>(`SELECT event_id, status, last_error FROM "${db.schema}".inbox WHERE consumer = $1`, [name]);
+    assert.deepEqual(rows.map((r) => [r.event_id, r.status]), [[late.id, 'dead']], 'the inbox keeps the event, which SQS will move to the DLQ');
+    assert.match(rows[0]!.last_error ?? '', /last delivery.*txbox inbox dead retry/);
+    assert.equal(await effects(name), 0);
+  });
+
+  it('SQS gone silent (connections open, nothing answers): visibility extensions give up after requestTimeoutMs and never overlap, so they do not take the client\'s connections for good; the consumer goes on once SQS answers', { timeout: 90_000 }, async () => {
+    const { url, name } = await fresh(false);
+    const inbox = inboxFor(name);
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    inbox.on('Changed', async (event, tx) => {
+      if (event.aggregateId.startsWith('hold')) await gate;
+      await tx.query(`INSERT INTO "${db.schema}".effects (event_id, consumer, key, version) VALUES ($1, $2, $3, $4)`, [event.id, name, event.key, event.version]);
+    });
+    const proxy = await startTcpProxy(SQS_PORT);
+    // Four sockets (the SDK's default is 50): the same exhaustion, sooner.
+    const client = new SQSClient({ region: 'us-east-1', endpoint: `http://127.0.0.1:${proxy.port}`, credentials: TEST_CREDENTIALS, maxAttempts: 1, requestHandler: { httpAgent: new Agent({ keepAlive: true, maxSockets: 4 }) } });
+    // Visibility 3 s: an extension round every second, two requests a round for 15 held messages.
+    const consumer = new SqsConsumer({ queueUrl: url, client, inbox, destination: 'items', waitTimeSeconds: 1, stopTimeoutMs: 5000, concurrency: 32, visibilityTimeoutSeconds: 3, requestTimeoutMs: 1000 });
+    // Extension requests in flight (ChangeMessageVisibilityBatch with a timeout above 0; a release sets 0).
+    let extending = 0;
+    let mostExtending = 0;
+    client.middlewareStack.add(
+      (next) => async (args) => {
+        const entries = (args.input as { Entries?: { VisibilityTimeout?: number }[] }).Entries ?? [];
+        if (!entries.some((e) => (e.VisibilityTimeout ?? 0) > 0)) return next(args);
+        mostExtending = Math.max(mostExtending, ++extending);
+        try {
+          return await next(args);
+        } finally {
+          extending--;
+        }
+      },
+      { step: 'initialize', name: 'countExtensions' },
+    );
+    let extendErrors = 0;
+    consumer.events.on('error', (e) => void (e.operation === 'extend' && extendErrors++));
+    await consumer.start();
+    try {
+      await send(url, Array.from({ length: 15 }, (_, i) => ev(`hold${i}`, 1)));
+      await waitFor('15 held and extended once', () => consumer.stats.received === 15 && consumer.stats.extended >= 15, 20_000).catch((err: Error) => {
+        throw new Error(`${err.message}; consumer stats ${JSON.stringify(consumer.stats)}`);
+      });
+      proxy.hold();
+      proxy.silence();
+      await sleep(4500); // four extension rounds due during the silence
+      proxy.silence(); // the connections made meanwhile stay black holes for good, as after a lost NAT state
+      proxy.release();
+      assert.ok(extendErrors >= 2, `the extensions gave up after requestTimeoutMs and said so (${extendErrors} extend errors)`);
+      assert.ok(mostExtending <= 2, `one round at a time: 15 held messages are two requests (${mostExtending} in flight at once)`);
+      open();
+      await send(url, [ev('after', 1)]);
+      await waitFor('all 16 applied once SQS answers again', () => consumer.stats.processed === 16, 30_000).catch((err: Error) => {
+        throw new Error(`${err.message}; consumer stats ${JSON.stringify(consumer.stats)}`);
+      });
+    } finally {
+      open();
+      await consumer.stop();
+      client.destroy();
+      await proxy.close();
+    }
+    assert.equal(await effects(name), 16);
   });
 
   it('a poison message is left to the redrive policy: SQS moves it to the DLQ after maxReceiveCount, while other messages flow', { timeout: 60_000 }, async () => {

@@ -443,6 +443,18 @@ export class DeliveryCore<M> {
     while (this.#recording.size > 0) await Promise.allSettled([...this.#recording]);
   }
 
+  /**
+   * A message received once stopping had begun, never accepted: released for
+   * redelivery, and recorded dead first when this is its last delivery (as a
+   * held message released at stop is).
+   */
+  releaseUnaccepted(message: M, parsed: { readonly ok: true; readonly event: OutboxEvent } | { readonly ok: false }): void {
+    const event = parsed.ok ? parsed.event : null;
+    if (event !== null && this.#o.port.lastDelivery?.(message) === true) this.#recordReleased(event);
+    this.#o.port.release(message);
+    this.#o.hooks?.released?.(message, event);
+  }
+
   /** stop() ran out of time: every message still held is released now. */
   releaseAll(): void {
     for (const m of [...this.#held.keys()]) this.#release(m, null);

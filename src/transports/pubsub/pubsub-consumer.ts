@@ -251,11 +251,12 @@ export class PubSubConsumer implements Consumer, HealthSource {
   }
 
   #receive(m: Message): void {
-    // Arrived while stopping: back at once, for another consumer.
-    if (!this.#core.running) return void m.nack();
+    const parsed = parsePubSubMessage(m, this.#o.destination);
+    // Arrived while stopping: back at once, for another consumer (recorded dead first on its last delivery).
+    if (!this.#core.running) return this.#deliveries.releaseUnaccepted(m, parsed);
     this.stats.received++;
     if (this.#streamDown) this.#streamUp();
-    this.#deliveries.accept(m, parsePubSubMessage(m, this.#o.destination));
+    this.#deliveries.accept(m, parsed);
   }
 
   async #ack(m: Message): Promise<void> {
@@ -358,6 +359,8 @@ export class PubSubConsumer implements Consumer, HealthSource {
     // Flushes the acks and nacks sent so far, then ends the stream.
     await sub?.close().catch((err: unknown) => this.#core.failed('close', err));
     sub?.removeAllListeners();
+    // And those that arrived while the stream ended.
+    await this.#deliveries.recordsSettled();
     const client = this.#client;
     this.#client = null;
     this.#deadTopic = null;

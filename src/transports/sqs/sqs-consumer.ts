@@ -84,6 +84,8 @@ export class SqsConsumer implements Consumer, HealthSource {
   /** Resolved (and replaced) each time a ReceiveMessage call ends: what it had asked for no longer counts. */
   #receiveEnded = deferred();
   #extender: NodeJS.Timeout | undefined;
+  /** The extension round in progress, if any. */
+  #extending: Promise<void> | null = null;
   #connected = false;
   readonly #deletes = new SqsBatcher<Message>((batch) => this.#deleteBatch(batch));
   readonly #releases = new SqsBatcher<Message>((batch) => this.#releaseBatch(batch));
@@ -267,13 +269,14 @@ export class SqsConsumer implements Consumer, HealthSource {
         continue;
       }
       for (const m of messages) {
-        // Arrived while stopping: visible again at once, for another consumer.
+        const parsed = decodeSqsMessage(m, o.destination);
+        // Arrived while stopping: visible again at once, for another consumer (recorded dead first on its last receive).
         if (!core.running) {
-          this.#release(m);
+          this.#deliveries.releaseUnaccepted(m, parsed);
           continue;
         }
         this.stats.received++;
-        this.#deliveries.accept(m, decodeSqsMessage(m, o.destination));
+        this.#deliveries.accept(m, parsed);
       }
     }
   }
@@ -323,22 +326,45 @@ export class SqsConsumer implements Consumer, HealthSource {
     }
   }
 
-  /** Extends the visibility of every held message, so a long handler keeps it. */
-  async #extend(): Promise<void> {
+  /**
+   * Extends the visibility of every held message, so a long handler keeps it.
+   * One round at a time (a round still running when the next is due skips
+   * it), up to EXTEND_REQUESTS requests of 10 at once, each given up after
+   * `requestTimeoutMs`: against an SQS gone silent, rounds would otherwise
+   * pile up requests that the SDK gives up only after 15 minutes, holding the
+   * client's connections (50) meanwhile, and with them every receive and delete.
+   */
+  #extend(): Promise<void> {
+    if (this.#extending) return this.#extending;
     const client = this.#client;
-    if (!client || !this.#core.running) return;
+    if (!client || !this.#core.running) return Promise.resolve();
     const held = [...this.#deliveries.held()];
-    for (let i = 0; i < held.length; i += 10) {
-      const chunk = held.slice(i, i + 10);
-      try {
-        const out = await client.send(
-          new ChangeMessageVisibilityBatchCommand({ QueueUrl: this.#o.queueUrl, Entries: chunk.map((m, n) => ({ Id: `v${n}`, ReceiptHandle: m.ReceiptHandle!, VisibilityTimeout: this.#visibilitySeconds })) }),
-        );
-        this.stats.extended += out.Successful?.length ?? 0;
-        this.#core.recovered('extend');
-      } catch (err) {
-        this.#core.failed('extend', err);
+    let next = 0;
+    const worker = async (): Promise<void> => {
+      while (next < held.length && this.#core.running) {
+        const chunk = held.slice(next, (next += 10));
+        await this.#extendChunk(client, chunk);
       }
+    };
+    const round = Promise.all(Array.from({ length: Math.min(EXTEND_REQUESTS, Math.ceil(held.length / 10)) }, worker)).then(() => undefined);
+    this.#extending = round.finally(() => (this.#extending = null));
+    return this.#extending;
+  }
+
+  async #extendChunk(client: SQSClient, chunk: readonly Message[]): Promise<void> {
+    try {
+      const out = await client.send(
+        new ChangeMessageVisibilityBatchCommand({ QueueUrl: this.#o.queueUrl, Entries: chunk.map((m, n) => ({ Id: `v${n}`, ReceiptHandle: m.ReceiptHandle!, VisibilityTimeout: this.#visibilitySeconds })) }),
+        { abortSignal: AbortSignal.timeout(this.#o.requestTimeoutMs) },
+      );
+      this.stats.extended += out.Successful?.length ?? 0;
+      // A receipt handle that no longer works: the message's visibility ran out, SQS delivers it again (the inbox
+      // skips it once this delivery committed). Reported, like a delete's.
+      const failed = out.Failed ?? [];
+      for (const f of failed) this.#core.failed('extend', `${f.Code ?? 'Error'}: ${f.Message ?? ''}`);
+      if (failed.length === 0) this.#core.recovered('extend');
+    } catch (err) {
+      if (this.#core.running) this.#core.failed('extend', err);
     }
   }
 
@@ -383,7 +409,7 @@ export class SqsConsumer implements Consumer, HealthSource {
   async #close(): Promise<void> {
     const o = this.#o;
     clearInterval(this.#extender);
-    await Promise.allSettled(this.#loops);
+    await Promise.allSettled([...this.#loops, this.#extending]);
     this.#loops = [];
     if (!(await within(this.#deliveries.onIdle(), o.stopTimeoutMs))) {
       o.logger.warn({ queue: o.queueUrl, inFlight: this.#deliveries.inFlight }, `txbox sqs consumer: stop timed out after ${o.stopTimeoutMs} ms (stopTimeoutMs); unfinished messages are made visible again`);
@@ -399,6 +425,9 @@ export class SqsConsumer implements Consumer, HealthSource {
     o.logger.info({ queue: o.queueUrl }, 'txbox sqs consumer: stopped');
   }
 }
+
+/** ChangeMessageVisibilityBatch requests (10 messages each) of one extension round at once. */
+const EXTEND_REQUESTS = 4;
 
 function deferred(): { readonly promise: Promise<void>; readonly resolve: () => void } {
   let resolve!: () => void;
