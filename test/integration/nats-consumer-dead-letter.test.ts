@@ -265,3 +265,39 @@ it('a last delivery behind a released message of its key is recorded dead, not r
     await s.delete();
   }
 });
+
+it('without a dead-letter subject, an event the inbox store refuses to record is left for redelivery, never terminated: applied once the refusal ends', { timeout: 90_000 }, async () => {
+  s = await admin.streams();
+  // PostgreSQL refuses the inbox's own row for this key (a constraint someone added): dead, and no row keeps it.
+  await db.query(`ALTER TABLE "${db.schema}".inbox ADD CONSTRAINT nats_no_refused CHECK (key <> 'Item:refused')`);
+  let dropped = false;
+  const drop = async (): Promise<void> => {
+    if (!dropped) await db.query(`ALTER TABLE "${db.schema}".inbox DROP CONSTRAINT nats_no_refused`);
+    dropped = true;
+  };
+  try {
+    const refused = item('refused', 1);
+    const transport = s.transport();
+    await transport.start();
+    await publishAll(transport, [[refused]]);
+    await transport.close();
+    const { inbox } = poisonInbox('refusing', { baseDelayMs: 10, maxDelayMs: 10, maxAttempts: 12 });
+    const consumer = new NatsConsumer({ stream: s.stream, durable: 'refusing', inbox, deadLetterSubject: null, ackWaitMs: 1000 });
+    const terminated: string[] = [];
+    consumer.events.on('deadLettered', (e) => terminated.push(e.id));
+    await consumer.start();
+    try {
+      await waitFor('dead unrecorded, left for redelivery', () => consumer.stats.released >= 1 || terminated.length > 0, 30_000);
+      assert.deepEqual(terminated, [], 'not terminated without a copy');
+      await drop();
+      await waitFor('applied once the store takes it', async () => (await db.query<{ status: string }>(`SELECT status FROM "${db.schema}".inbox WHERE consumer = 'refusing'`))[0]?.status === 'processed', 30_000).catch((err: Error) => {
+        throw new Error(`${err.message}; consumer stats ${JSON.stringify(consumer.stats)}`);
+      });
+    } finally {
+      await consumer.stop();
+    }
+  } finally {
+    await drop();
+    await s.delete();
+  }
+});

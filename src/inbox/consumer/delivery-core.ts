@@ -115,6 +115,18 @@ function keptDead(outcome: { readonly attempts: number; readonly unrecorded?: bo
 }
 
 /**
+ * Whether the broker's copy of a dead event is the only one: the event is
+ * readable, no inbox row keeps it (the inbox store, or the inbox queue,
+ * refused it: a constraint, a column too small), and a store may yet take it
+ * once that is fixed. An adapter without a dead-letter destination leaves
+ * such a message for redelivery instead of acking it. Not an event dead at
+ * the inbox's boundary (0 attempts: no inbox can ever store it).
+ */
+export function keptNowhere(event: OutboxEvent | null, attempts: number | null, kept: boolean): boolean {
+  return event !== null && !kept && attempts !== 0;
+}
+
+/**
  * The receive → settle → ack loop every broker consumer runs. The adapter
  * receives (pushed one by one, pulled, or read in batches), parses each
  * message and calls `accept`; the core runs one key's events in order and

@@ -11,7 +11,7 @@ import { ConfigError, TransportError } from '../../core/errors.ts';
 import type { HealthReport } from '../../core/health.ts';
 import type { Consumer } from '../../core/inbox-ports.ts';
 import { ConsumerCore, within, type ConsumerCounts, type ConsumerErrorEvent } from '../../inbox/consumer/consumer-core.ts';
-import { DeliveryCore } from '../../inbox/consumer/delivery-core.ts';
+import { DeliveryCore, keptNowhere } from '../../inbox/consumer/delivery-core.ts';
 import { CLIENT_RETRY, consumerConfigOf, kafkaOf, resolveKafkaConsumerOptions, type KafkaConsumerOptions, type ResolvedKafkaConsumerOptions } from './kafka-consumer-options.ts';
 import { BatchRun, Generation, type BatchHost } from './kafka-batch-run.ts';
 import { trackSockets, type SocketTracker } from './kafka-client.ts';
@@ -337,7 +337,7 @@ export class KafkaConsumer implements Consumer {
       noun: 'record',
       port: {
         ack: (i) => this.#finish(run, i),
-        deadLetter: (i, reason, event, attempts) => this.#deadLetter(run, i, reason, event, attempts),
+        deadLetter: (i, reason, event, attempts, kept) => this.#deadLetter(run, i, reason, event, attempts, o.handler.kind === 'inbox' && keptNowhere(event, attempts, kept)),
         // Not finished: stays uncommitted, and is fetched again (by this process or the partition's next owner).
         release: () => {},
         signal: () => run.signal,
@@ -397,7 +397,7 @@ export class KafkaConsumer implements Consumer {
    * dead-letter topic, then committed past. False: the copy did not succeed
    * before stop or revoke; the record stays uncommitted.
    */
-  async #deadLetter(run: BatchRun, i: number, reason: string, event: OutboxEvent | null, attempts: number | null): Promise<boolean> {
+  async #deadLetter(run: BatchRun, i: number, reason: string, event: OutboxEvent | null, attempts: number | null, only: boolean): Promise<boolean> {
     const o = this.#o;
     const m = run.messages[i]!;
     const target = o.deadLetterTopics.get(run.topic) ?? null;
@@ -410,7 +410,13 @@ export class KafkaConsumer implements Consumer {
       this.events.fire('rejected', { ...at, deadLetterTopic: target, reason: reason.replace(/^unreadable record: /, '') });
     } else {
       this.stats.dead++;
-      o.logger.warn({ groupId: o.groupId, ...at, id: event.id, type: event.type, keyHash: keyHash(event.key), attempts, deadLetterTopic: target }, 'txbox kafka consumer: dead event dead-lettered; committing past it');
+      if (target === null && only) {
+        // Not held on to: the partition's commit would stop here for as long as the store refuses it.
+        o.logger.error(
+          { groupId: o.groupId, ...at, id: event.id, type: event.type, keyHash: keyHash(event.key), attempts, reason },
+          'txbox kafka consumer: dead event the inbox could not record and deadLetterTopic is null: committing past it; only the topic keeps it, at this offset, until its retention (set deadLetterTopic, or fix what the inbox store refuses)',
+        );
+      } else o.logger.warn({ groupId: o.groupId, ...at, id: event.id, type: event.type, keyHash: keyHash(event.key), attempts, deadLetterTopic: target }, 'txbox kafka consumer: dead event dead-lettered; committing past it');
       this.events.fire('deadLettered', { ...at, id: event.id, type: event.type, deadLetterTopic: target, attempts, reason });
     }
     await this.#finish(run, i);

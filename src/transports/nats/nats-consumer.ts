@@ -16,7 +16,7 @@ import { ConfigError, TransportError } from '../../core/errors.ts';
 import type { HealthReport } from '../../core/health.ts';
 import type { Consumer } from '../../core/inbox-ports.ts';
 import { ConsumerCore, within, type ConsumerCounts, type ConsumerErrorEvent } from '../../inbox/consumer/consumer-core.ts';
-import { DeliveryCore, type Admission } from '../../inbox/consumer/delivery-core.ts';
+import { DeliveryCore, keptNowhere, type Admission } from '../../inbox/consumer/delivery-core.ts';
 import { durableChanges, durableConfig, pullExpiresMs, resolveNatsConsumerOptions, type NatsConsumerOptions, type ResolvedNatsConsumerOptions } from './nats-consumer-options.ts';
 import { HEADER, natsMessageId, parseNatsMessage } from './nats-message.ts';
 import { apiErrorOf, connectFailure, findError, jetStreamCheckFailure, messageOf } from './nats-outcomes.ts';
@@ -98,7 +98,8 @@ export class NatsConsumer implements Consumer {
    */
   readonly #limit: number;
   /** Keys with a message released (stop, a failed dead letter): their later messages are released too, so none overtakes it. */
-  readonly #releasedKeys = new Set<string>();
+  /** Keys with a released message, each with the lowest stream sequence released: its redelivery comes first. */
+  readonly #releasedKeys = new Map<string, number>();
   #session: Session | null = null;
   readonly #core: ConsumerCore;
   #messages: ConsumerMessages | null = null;
@@ -131,7 +132,8 @@ export class NatsConsumer implements Consumer {
       onStop: 'finish',
       port: {
         ack: (d) => this.#ack(d.m),
-        deadLetter: (d, reason, event) => this.#deadLetter(d, reason, event),
+        // Worker mode releases every message behind a released one: a refusal of the inbox queue is not held on to.
+        deadLetter: (d, reason, event, attempts, kept) => this.#deadLetter(d, reason, event, o.handler.kind === 'inbox' && keptNowhere(event, attempts, kept)),
         // Left unacked, not nak()ed: see #released.
         release: () => {},
         // An unreadable message is terminated at once, whatever its delivery count.
@@ -426,15 +428,24 @@ export class NatsConsumer implements Consumer {
     if (d.m.info.deliveryCount >= o.maxDeliveries) {
       return { deadLetter: `delivered ${d.m.info.deliveryCount} times without an ack (maxDeliveries ${o.maxDeliveries}); the handler did not run again` };
     }
-    return (o.handler.kind === 'queue' ? this.#releasedKeys.size > 0 : this.#releasedKeys.has(key)) ? 'release' : 'handle';
+    if (o.handler.kind === 'queue') return this.#releasedKeys.size > 0 ? 'release' : 'handle';
+    const head = this.#releasedKeys.get(key);
+    if (head === undefined) return 'handle';
+    // The key's first released message, delivered again: its turn, and the key's after it (a release while running:
+    // a dead event nothing else keeps, left for redelivery).
+    if (d.m.seq !== head) return 'release';
+    this.#releasedKeys.delete(key);
+    return 'handle';
   }
 
   /**
    * An unreadable message is terminated (it stays in the stream); a dead one
    * is copied to the dead-letter subject (retrying until stop; false: left
-   * for redelivery) and terminated.
+   * for redelivery) and terminated. Without a subject, a dead event that no
+   * inbox row keeps (`only`: the store refused it) is left for redelivery,
+   * never terminated without a copy: nothing else would keep it.
    */
-  async #deadLetter(d: Delivery, reason: string, event: OutboxEvent | null): Promise<boolean> {
+  async #deadLetter(d: Delivery, reason: string, event: OutboxEvent | null, only: boolean): Promise<boolean> {
     const o = this.#o;
     if (event === null) {
       this.stats.rejected++;
@@ -446,6 +457,13 @@ export class NatsConsumer implements Consumer {
       return true;
     }
     const subject = o.deadLetterSubject;
+    if (subject === null && only) {
+      o.logger.error(
+        { stream: o.stream, durable: o.durable, seq: d.m.seq, id: event.id, type: event.type, reason },
+        'txbox nats consumer: dead event the inbox could not record and deadLetterSubject is null: left for redelivery, never terminated without a copy (set deadLetterSubject, or fix what the inbox store refuses)',
+      );
+      return false;
+    }
     if (subject !== null && (await this.#core.retrying('dead-letter', () => this.#publishDead(d.m, subject, reason))) === null) return false;
     this.#send(d.m, 'term');
     return true;
@@ -481,10 +499,11 @@ export class NatsConsumer implements Consumer {
    * Not nak(): nats-server 2.9 can then redeliver it with a delivery count
    * that was not increased (it went to this process's abandoned pull
    * request first), which would defeat maxDeliveries. The key's later
-   * messages are released too, so none of them overtakes it.
+   * messages are released too, so none of them overtakes it, until the
+   * first released one is delivered again (a release while running).
    */
   #released(d: Delivery, event: OutboxEvent | null): void {
-    if (event !== null) this.#releasedKeys.add(event.key);
+    if (event !== null) this.#releasedKeys.set(event.key, Math.min(d.m.seq, this.#releasedKeys.get(event.key) ?? Infinity));
     this.stats.released++;
     this.events.fire('released', { seq: d.m.seq, id: event?.id ?? d.id ?? '' });
   }

@@ -5,7 +5,7 @@ import { ConfigError } from '../../core/errors.ts';
 import type { HealthReport, HealthSource } from '../../core/health.ts';
 import type { Consumer } from '../../core/inbox-ports.ts';
 import { backoffMs, ConsumerCore, within, type ConsumerCounts, type ConsumerErrorEvent } from '../../inbox/consumer/consumer-core.ts';
-import { DeliveryCore, type SettledStatus } from '../../inbox/consumer/delivery-core.ts';
+import { DeliveryCore, keptNowhere, type SettledStatus } from '../../inbox/consumer/delivery-core.ts';
 import { resolvePubSubConsumerOptions, type PubSubConsumerOptions, type ResolvedPubSubConsumerOptions } from './pubsub-consumer-options.ts';
 import { parsePubSubMessage } from './pubsub-message.ts';
 import { clientOf, errorText, withinConnectTimeout } from './pubsub-outcomes.ts';
@@ -102,7 +102,7 @@ export class PubSubConsumer implements Consumer, HealthSource {
       batch: o.batch,
       port: {
         ack: (m) => this.#ack(m),
-        deadLetter: (m, reason, event, attempts, kept) => this.#deadLetter(m, reason, event, attempts !== null && !kept),
+        deadLetter: (m, reason, event, attempts, kept) => this.#deadLetter(m, reason, event, o.handler.kind === 'inbox' && keptNowhere(event, attempts, kept)),
         release: (m) => m.nack(),
         // The subscription's dead-letter policy forwards a message nacked on its maxDeliveryAttempts-th delivery.
         lastDelivery: (m) => {
