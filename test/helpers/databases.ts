@@ -57,3 +57,20 @@ export async function openDb(kind: 'postgres' | 'pglite', options: { migrate?: b
 }
 
 export const BACKENDS = ['postgres', 'pglite'] as const;
+
+/**
+ * Makes PostgreSQL refuse the inbox's own rows that match `refused` (a CHECK
+ * constraint someone added: a dead event no row can keep) until `allow()`;
+ * `allow()` is idempotent, so a test calls it again in `finally`.
+ */
+export async function refuseInboxRows(db: TestDb, refused: string): Promise<{ allow(): Promise<void> }> {
+  const name = `refuse_${Math.random().toString(36).slice(2, 10)}`;
+  await db.query(`ALTER TABLE "${db.schema}".inbox ADD CONSTRAINT ${name} CHECK (NOT (${refused}))`);
+  let allowed = false;
+  return {
+    allow: async () => {
+      if (!allowed) await db.query(`ALTER TABLE "${db.schema}".inbox DROP CONSTRAINT ${name}`);
+      allowed = true;
+    },
+  };
+}

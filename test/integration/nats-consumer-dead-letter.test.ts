@@ -16,7 +16,7 @@ import { AckPolicy, DeliverPolicy, jetstream, type JsMsg } from '@nats-io/jetstr
 import { nanos } from '@nats-io/transport-node';
 import { checkDeliveries } from 'txbox/testing';
 import { JetStreamAdmin, item, itemRounds, publishAll, type TestStreams } from '../fixtures/nats-consumer-helpers.ts';
-import { openDb, type TestDb } from '../helpers/databases.ts';
+import { openDb, refuseInboxRows, type TestDb } from '../helpers/databases.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 let db: TestDb;
@@ -269,12 +269,7 @@ it('a last delivery behind a released message of its key is recorded dead, not r
 it('without a dead-letter subject, an event the inbox store refuses to record is left for redelivery, never terminated: applied once the refusal ends', { timeout: 90_000 }, async () => {
   s = await admin.streams();
   // PostgreSQL refuses the inbox's own row for this key (a constraint someone added): dead, and no row keeps it.
-  await db.query(`ALTER TABLE "${db.schema}".inbox ADD CONSTRAINT nats_no_refused CHECK (key <> 'Item:refused')`);
-  let dropped = false;
-  const drop = async (): Promise<void> => {
-    if (!dropped) await db.query(`ALTER TABLE "${db.schema}".inbox DROP CONSTRAINT nats_no_refused`);
-    dropped = true;
-  };
+  const refusal = await refuseInboxRows(db, "key = 'Item:refused'");
   try {
     const refused = item('refused', 1);
     const transport = s.transport();
@@ -289,7 +284,7 @@ it('without a dead-letter subject, an event the inbox store refuses to record is
     try {
       await waitFor('dead unrecorded, left for redelivery', () => consumer.stats.released >= 1 || terminated.length > 0, 30_000);
       assert.deepEqual(terminated, [], 'not terminated without a copy');
-      await drop();
+      await refusal.allow();
       await waitFor('applied once the store takes it', async () => (await db.query<{ status: string }>(`SELECT status FROM "${db.schema}".inbox WHERE consumer = 'refusing'`))[0]?.status === 'processed', 30_000).catch((err: Error) => {
         throw new Error(`${err.message}; consumer stats ${JSON.stringify(consumer.stats)}`);
       });
@@ -297,7 +292,7 @@ it('without a dead-letter subject, an event the inbox store refuses to record is
       await consumer.stop();
     }
   } finally {
-    await drop();
+    await refusal.allow();
     await s.delete();
   }
 });

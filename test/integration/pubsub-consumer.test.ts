@@ -19,7 +19,7 @@ import { ConfigError, createInbox, uuidv7, type Inbox, type OutboxEvent } from '
 import { PostgresInboxStore, inboxNames, migrateInbox, migratePostgres, postgresNames } from 'txbox/postgres';
 import { buildPubSubMessage, PubSubConsumer, PubSubTransport, type PubSubConsumerOptions } from 'txbox/pubsub';
 import { checkDeliveries } from 'txbox/testing';
-import { openDb, type TestDb } from '../helpers/databases.ts';
+import { openDb, refuseInboxRows, type TestDb } from '../helpers/databases.ts';
 import { adminClient, emulatorProxy, emulatorSkip, EMULATOR_HOST, PROJECT } from '../helpers/pubsub.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { startWhileUnreachable } from '../helpers/outage.ts';
@@ -287,12 +287,7 @@ describe('PubSubConsumer on the Pub/Sub emulator and PostgreSQL', { skip }, () =
   it('without a dead-letter topic, an event the inbox store refuses to record is nacked, never acked: applied once the refusal ends', { timeout: 90_000 }, async () => {
     const { topic, sub, name } = await fresh({});
     // PostgreSQL refuses the inbox's own row for this type (a constraint someone added): dead, and no row keeps it.
-    await db.query(`ALTER TABLE "${db.schema}".inbox ADD CONSTRAINT pubsub_no_refused CHECK (type <> 'Refused')`);
-    let dropped = false;
-    const drop = async (): Promise<void> => {
-      if (!dropped) await db.query(`ALTER TABLE "${db.schema}".inbox DROP CONSTRAINT pubsub_no_refused`);
-      dropped = true;
-    };
+    const refusal = await refuseInboxRows(db, "type = 'Refused'");
     try {
       const inbox = inboxFor(name, { retry: { baseDelayMs: 10, maxDelayMs: 10, maxAttempts: 12 } });
       inbox.on('Refused', async () => {});
@@ -302,13 +297,13 @@ describe('PubSubConsumer on the Pub/Sub emulator and PostgreSQL', { skip }, () =
       await consumer.start();
       try {
         await waitFor('dead unrecorded, nacked for redelivery', () => consumer.stats.released >= 1, 30_000);
-        await drop();
+        await refusal.allow();
         await waitFor('applied once the store takes it', async () => (await db.query<{ status: string }>(`SELECT status FROM "${db.schema}".inbox WHERE consumer = $1`, [name]))[0]?.status === 'processed', 30_000);
       } finally {
         await consumer.stop();
       }
     } finally {
-      await drop();
+      await refusal.allow();
     }
   });
 

@@ -17,7 +17,7 @@ import { ConfigError, createInbox, uuidv7, type Inbox, type OutboxEvent } from '
 import { PostgresInboxStore, inboxNames, migrateInbox, migratePostgres, postgresNames } from 'txbox/postgres';
 import { encodeSqsMessage, SqsConsumer, SqsTransport, type SqsConsumerOptions } from 'txbox/sqs';
 import { checkDeliveries } from 'txbox/testing';
-import { openDb, type TestDb } from '../helpers/databases.ts';
+import { openDb, refuseInboxRows, type TestDb } from '../helpers/databases.ts';
 import { createQueue, CuttableProxy, deleteQueues, queueUrl, SQS_ENDPOINT, SQS_PORT, sqsClient, TEST_CREDENTIALS, uniqueQueueName } from '../helpers/sqs.ts';
 import { waitFor } from '../helpers/wait.ts';
 import { startWhileUnreachable } from '../helpers/outage.ts';
@@ -385,7 +385,7 @@ describe('SqsConsumer on ElasticMQ and PostgreSQL', () => {
   it('without deadLetterQueueUrl, an event the inbox store refuses to record is never deleted: the redrive policy moves it to the DLQ', { timeout: 60_000 }, async () => {
     const { url, dlq, name } = await fresh(false, { VisibilityTimeout: '1' }, 2);
     // PostgreSQL refuses the inbox's own row for this type (a constraint someone added): dead, and no row keeps it.
-    await db.query(`ALTER TABLE "${db.schema}".inbox ADD CONSTRAINT sqs_no_refused CHECK (type <> 'Refused')`);
+    const refusal = await refuseInboxRows(db, "type = 'Refused'");
     try {
       const inbox = inboxFor(name, { retry: { baseDelayMs: 10, maxDelayMs: 10, maxAttempts: 12 } });
       inbox.on('Refused', async () => {});
@@ -402,7 +402,7 @@ describe('SqsConsumer on ElasticMQ and PostgreSQL', () => {
       const rows = await db.query(`SELECT 1 FROM "${db.schema}".inbox WHERE consumer = $1`, [name]);
       assert.equal(rows.length, 0, 'no inbox row keeps it: only the DLQ does');
     } finally {
-      await db.query(`ALTER TABLE "${db.schema}".inbox DROP CONSTRAINT sqs_no_refused`);
+      await refusal.allow();
     }
   });
 
