@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { createOutbox, defineEvent, payloadType, type NewEvent } from 'txbox';
-import { PostgresOutboxStore } from 'txbox/postgres';
+import { PostgresAdmin, PostgresOutboxStore } from 'txbox/postgres';
 import { DATABASE_URL, openDb, uniqueSchema, type TestDb } from '../helpers/databases.ts';
 import { runCli, startCli, type CliResult } from '../helpers/cli.ts';
 import { startReceiver } from '../helpers/receiver.ts';
@@ -329,6 +329,24 @@ describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {
     const [audit] = await db.query<{ actor: string; detail: string }>(`SELECT actor, detail FROM "${db.schema}".outbox_audit WHERE action = 'replay'`);
     assert.equal(audit!.actor, 'carol');
     assert.match(audit!.detail, new RegExp(replayId));
+    const [start] = await db.query<{ actor: string; detail: string }>(`SELECT actor, detail FROM "${db.schema}".outbox_audit WHERE action = 'replay-start'`);
+    assert.deepEqual([start!.actor, JSON.parse(start!.detail)], ['carol', { replayId, type: 'OrderPlaced' }]);
+  });
+
+  it('a replay cut short is audited: its start is written before the first copy, with the id its copies carry', async () => {
+    const db = await freshDb();
+    await markPublished(db, await enqueue(db, events(Placed, 5)));
+    const interrupted = new Error('interrupted after the first chunk');
+    await assert.rejects(
+      new PostgresAdmin(db.connection, { schema: db.schema }).replay({ type: 'OrderPlaced' }, 'dave', () => {
+        throw interrupted;
+      }, 2),
+      (err: unknown) => err === interrupted,
+    );
+    const copies = await db.query<{ replay_id: string }>(`SELECT replay_id FROM "${db.schema}".outbox WHERE replay_id IS NOT NULL`);
+    assert.equal(copies.length, 2, 'the first chunk was copied');
+    const audit = await db.query<{ action: string; actor: string; detail: string }>(`SELECT action, actor, detail FROM "${db.schema}".outbox_audit ORDER BY at`);
+    assert.deepEqual(audit.map((a) => [a.action, a.actor, JSON.parse(a.detail)]), [['replay-start', 'dave', { replayId: copies[0]!.replay_id, type: 'OrderPlaced' }]]);
   });
 
   it('`txbox prune --older-than 0s` deletes published and skipped rows only', async () => {

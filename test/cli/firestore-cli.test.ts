@@ -338,5 +338,7 @@ describe('txbox CLI on Firestore (emulator)', { concurrency: true, timeout: 300_
     );
     const replayAudit = (await db.collection('txbox_outbox_audit').where('action', '==', 'replay').get()).docs.map((x) => x.data());
     assert.deepEqual(replayAudit.map((r) => r.actor).sort(), ['carol', me].sort());
+    const started = (await db.collection('txbox_outbox_audit').where('action', '==', 'replay-start').get()).docs.map((x) => x.data());
+    assert.deepEqual(started.map((r) => r.actor).sort(), ['carol', me].sort(), 'each start is audited too');
   });
 });

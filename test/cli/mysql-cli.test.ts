@@ -14,6 +14,7 @@ import { userInfo } from 'node:os';
 import mysql from 'mysql2/promise';
 import { createOutbox, defineEvent, payloadType, type NewEvent } from 'txbox';
 import { MysqlOutboxStore } from '../../src/stores/mysql/mysql-outbox-store.ts';
+import { MysqlAdmin, mysqlConnection } from '../../src/stores/mysql/index.ts';
 import { MYSQL_URL } from '../helpers/mysql-conformance.ts';
 import { runCli, startCli, type CliResult } from '../helpers/cli.ts';
 import { startReceiver } from '../helpers/receiver.ts';
@@ -353,5 +354,29 @@ describe('txbox CLI on MySQL/MariaDB', { concurrency: true, timeout: 120_000 }, 
     assert.ok(Number(copies[0]!.seq) > Number(maxOriginal!.seq), 'copies come after whatever was pending');
     const [replayAudit] = await query<{ actor: string; detail: string }>(`SELECT actor, detail FROM \`${table}_audit\` WHERE action = 'replay' AND detail LIKE ?`, [`%${replayId}%`]);
     assert.equal(replayAudit!.actor, 'carol');
+    const [start] = await query<{ actor: string }>(`SELECT actor FROM \`${table}_audit\` WHERE action = 'replay-start' AND detail LIKE ?`, [`%${replayId}%`]);
+    assert.equal(start?.actor, 'carol', 'the start is audited too');
+  });
+
+  it('a replay cut short is audited: its start is written before the first copy, with the id its copies carry', async () => {
+    const table = await freshTable();
+    const ids = await enqueue(table, Array.from({ length: 5 }, (_, i) => Shipped({ aggregateId: `cut${i}`, payload: { n: i } })));
+    await query(`UPDATE \`${table}\` SET state = 'published', done_at = UTC_TIMESTAMP(6) WHERE id IN (?)`, [ids]);
+    const connection = await mysqlConnection({ uri: url });
+    const interrupted = new Error('interrupted after the first chunk');
+    try {
+      await assert.rejects(
+        new MysqlAdmin(connection, { table }).replay({ type: 'ItemShipped' }, 'dave', () => {
+          throw interrupted;
+        }, 2),
+        (err: unknown) => err === interrupted,
+      );
+    } finally {
+      await connection.close();
+    }
+    const copies = await query<{ replay_id: string }>(`SELECT replay_id FROM \`${table}\` WHERE replay_id IS NOT NULL`);
+    assert.equal(copies.length, 2, 'the first chunk was copied');
+    const audit = await query<{ action: string; actor: string; detail: string }>(`SELECT action, actor, detail FROM \`${table}_audit\` ORDER BY id`);
+    assert.deepEqual(audit.map((a) => [a.action, a.actor, JSON.parse(a.detail)]), [['replay-start', 'dave', { replayId: copies[0]!.replay_id, type: 'ItemShipped' }]]);
   });
 });

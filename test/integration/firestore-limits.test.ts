@@ -129,6 +129,20 @@ describe('firestore limits', { skip, timeout: 240_000 }, () => {
       const { copied } = await admin.replay({ destination: 'blobs' }, 'test', (n) => progress.push(n), 250, 1_200_000);
       assert.equal(copied, 6);
       assert.deepEqual(progress, [2, 4, 6], 'two documents of 500 KB a batch under a 1.2 MB bound');
+
+      // Cut short after its first batch: audited before the first copy, with the id its copies carry.
+      const interrupted = new Error('interrupted after the first batch');
+      await assert.rejects(
+        admin.replay({ destination: 'blobs' }, 'dave', () => {
+          throw interrupted;
+        }, 250, 1_200_000),
+        (err: unknown) => err === interrupted,
+      );
+      const audit = (await db.collection('txbox_outbox_audit').where('actor', '==', 'dave').get()).docs.map((x) => [x.get('action'), JSON.parse(x.get('detail') as string)]);
+      assert.equal(audit.length, 1, JSON.stringify(audit));
+      const [action, detail] = audit[0]! as [string, { replayId: string; destination: string }];
+      assert.deepEqual([action, detail.destination], ['replay-start', 'blobs']);
+      assert.equal((await col.where('replayId', '==', detail.replayId).get()).size, 2, 'the first batch was copied under that id');
     });
   });
 

@@ -296,3 +296,57 @@ it('without a dead-letter subject, an event the inbox store refuses to record is
     await s.delete();
   }
 });
+
+it('a message on its last delivery still queued behind its key when stop() runs out of time is recorded dead in the inbox (JetStream will not deliver it again)', { timeout: 60_000 }, async () => {
+  s = await admin.streams();
+  let open!: () => void;
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  try {
+    const v1 = item('stopkey', 1);
+    const v2 = item('stopkey', 2);
+    const transport = s.transport();
+    await transport.start();
+    await publishAll(transport, [[v1], [v2]]);
+    await transport.close();
+    // Other processes of the durable held them and died: v2 twice (its next delivery is its last, the 3rd), v1 once.
+    await admin.jsm.consumers.add(s.stream, { durable_name: 'stopdel', ack_policy: AckPolicy.Explicit, deliver_policy: DeliverPolicy.All, ack_wait: nanos(1000), max_deliver: 3, max_ack_pending: 1000 });
+    const raw = await jetstream(admin.nc).consumers.get(s.stream, 'stopdel');
+    const take = async (max: number): Promise<JsMsg[]> => {
+      const out: JsMsg[] = [];
+      for await (const m of await raw.fetch({ max_messages: max, expires: 3000 })) if (out.push(m) === max) break;
+      return out;
+    };
+    const [m1, first2] = await take(2);
+    assert.deepEqual([m1?.seq, first2?.seq], [1, 2]);
+    const keep = setInterval(() => m1!.working(), 200);
+    try {
+      await new Promise((r) => setTimeout(r, 1500));
+      const [again2] = await take(1);
+      assert.deepEqual([again2?.seq, again2?.info.deliveryCount], [2, 2]);
+    } finally {
+      clearInterval(keep);
+    }
+    m1!.nak();
+
+    // v1 (2nd delivery) is handled and holds past stopTimeoutMs; v2, on its last delivery, waits behind it and is released at the deadline.
+    const inbox = createInbox({ store: new PostgresInboxStore({ connection: db.connection, schema: db.schema }), consumer: 'stopdel' });
+    let started = false;
+    inbox.on('ItemChanged', async (event) => {
+      if (event.id === v1.id) {
+        started = true;
+        await gate;
+      }
+    });
+    const consumer = new NatsConsumer({ stream: s.stream, durable: 'stopdel', inbox, maxDeliveries: 3, ackWaitMs: 1000, concurrency: 4, stopTimeoutMs: 1000 });
+    await consumer.start();
+    await waitFor('both received, v1 handled', () => consumer.stats.received === 2 && started, 20_000);
+    await consumer.stop();
+    const rows = await db.query<{ id: string; status: string; last_error: string }>(`SELECT event_id AS id, status, last_error FROM "${db.schema}".inbox WHERE consumer = 'stopdel'`);
+    const row2 = rows.find((r) => r.id === v2.id);
+    assert.equal(row2?.status, 'dead', `v2 recorded dead; rows: ${JSON.stringify(rows)}`);
+    assert.match(row2!.last_error, /released unhandled on its last delivery/);
+  } finally {
+    open();
+    await s.delete();
+  }
+});

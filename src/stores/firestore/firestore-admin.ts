@@ -145,10 +145,13 @@ export class FirestoreAdmin {
    * pending (each batch commits after the previous one, and a batch's copies
    * keep their order in their UUIDv7 ids), `chunk` documents per batch (at
    * most 250) and at most `maxBytes` of documents (Firestore refuses a request
-   * over 10 MiB; a document alone may be up to 1 MiB).
+   * over 10 MiB; a document alone may be up to 1 MiB). Audited before the
+   * first copy (`replay-start`) and after the last (`replay`, with the
+   * count), as on PostgreSQL.
    */
   async replay(filter: FirestoreReplayFilter, actor: string, onProgress?: (copied: number) => void, chunk = 250, maxBytes = MAX_COMMIT_BYTES): Promise<{ replayId: string; copied: number }> {
     const replayId = uuidv7();
+    await this.#cols.audit.doc().set({ at: FieldValue.serverTimestamp(), action: 'replay-start', actor, detail: JSON.stringify({ replayId, ...filter }) });
     let q = this.#cols.outbox.where('state', '==', 'published').where('replayId', '==', null);
     if (filter.destination !== undefined) q = q.where('destination', '==', filter.destination);
     if (filter.key !== undefined) q = q.where('key', '==', filter.key);

@@ -292,10 +292,13 @@ export class MysqlAdmin {
    * Re-publishes published events matching `filter` as new deliveries with
    * their original ids, appended in their original order after whatever is
    * pending, `chunk` rows per statement; `onProgress` is called after each.
+   * Audited before the first copy (`replay-start`) and after the last
+   * (`replay`, with the count), as on PostgreSQL.
    */
   async replay(filter: MysqlReplayFilter, actor: string, onProgress?: (copied: number) => void, chunk = 5000): Promise<{ replayId: string; copied: number }> {
     const n = this.names;
     const replayId = uuidv7();
+    await this.db.query(`INSERT INTO ${n.audit} (at, action, actor, detail) VALUES (${NOW}, 'replay-start', ?, ?)`, [actor, JSON.stringify({ replayId, ...filter })]);
     const where = `state = 'published' AND replay_id IS NULL AND seq > ?
       AND (? IS NULL OR occurred_at >= ?) AND (? IS NULL OR occurred_at < ?)
       AND (? IS NULL OR \`key\` = ?) AND (? IS NULL OR type = ?) AND (? IS NULL OR destination = ?)`;

@@ -299,11 +299,15 @@ export class PostgresAdmin {
   /**
    * Re-publishes published events matching `filter` as new deliveries with
    * their original ids, appended in their original order after whatever is
-   * pending. Works in chunks; `onProgress` is called after each.
+   * pending. Works in chunks; `onProgress` is called after each. Audited
+   * before the first copy (`replay-start`: an interrupted replay leaves its
+   * id, which its copies carry as `replay_id`) and after the last (`replay`,
+   * with the count).
    */
   async replay(filter: ReplayFilter, actor: string, onProgress?: (copied: number) => void, chunk = 5000): Promise<{ replayId: string; copied: number }> {
     const replayId = uuidv7();
     const n = this.names;
+    await this.db.query(`INSERT INTO ${n.audit} (action, actor, detail) VALUES ('replay-start', $1, $2)`, [actor, JSON.stringify({ replayId, ...filter })]);
     let after = 0;
     let copied = 0;
     for (;;) {

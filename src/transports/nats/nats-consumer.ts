@@ -136,6 +136,8 @@ export class NatsConsumer implements Consumer {
         deadLetter: (d, reason, event, attempts, kept) => this.#deadLetter(d, reason, event, o.handler.kind === 'inbox' && keptNowhere(event, attempts, kept)),
         // Left unacked, not nak()ed: see #released.
         release: () => {},
+        // Delivered max_deliver times: JetStream will not deliver it again, so a release records it dead in the inbox.
+        lastDelivery: (d) => d.m.info.deliveryCount >= o.maxDeliveries,
         // An unreadable message is terminated at once, whatever its delivery count.
         admit: (d, event) => (event === null ? 'handle' : this.#admit(d, event.key)),
       },
@@ -236,6 +238,8 @@ export class NatsConsumer implements Consumer {
     }
     clearInterval(this.#heartbeat);
     this.#flushAcks();
+    // Messages released on their last delivery are recorded dead in the inbox (each bounded).
+    await this.#deliveries.recordsSettled();
     const session = this.#session;
     this.#session = null;
     this.#messages = null;

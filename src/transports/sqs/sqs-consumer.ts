@@ -84,6 +84,8 @@ export class SqsConsumer implements Consumer, HealthSource {
   /** Resolved (and replaced) each time a ReceiveMessage call ends: what it had asked for no longer counts. */
   #receiveEnded = deferred();
   #extender: NodeJS.Timeout | undefined;
+  /** Messages released while stopping, made visible once the long polls in flight ended (see #release). */
+  readonly #releasedWhilePolling: Message[] = [];
   /** The extension round in progress, if any. */
   #extending: Promise<void> | null = null;
   #connected = false;
@@ -306,9 +308,15 @@ export class SqsConsumer implements Consumer, HealthSource {
     }
   }
 
-  /** Visible again at once, for this or another consumer (a FIFO group resumes with it); batched like deletes. */
+  /**
+   * Visible again at once, for this or another consumer (a FIFO group resumes
+   * with it); batched like deletes. While stopping, not before this
+   * consumer's long polls in flight ended: one of them would take it again,
+   * spending a receive of the redrive policy's `maxReceiveCount` each time.
+   */
   #release(m: Message): void {
     if (!this.#client || !m.ReceiptHandle) return;
+    if (!this.#core.running && this.#loops.length > 0) return void this.#releasedWhilePolling.push(m);
     this.#releases.add(m);
   }
 
@@ -411,6 +419,7 @@ export class SqsConsumer implements Consumer, HealthSource {
     clearInterval(this.#extender);
     await Promise.allSettled([...this.#loops, this.#extending]);
     this.#loops = [];
+    for (const m of this.#releasedWhilePolling.splice(0)) this.#releases.add(m);
     if (!(await within(this.#deliveries.onIdle(), o.stopTimeoutMs))) {
       o.logger.warn({ queue: o.queueUrl, inFlight: this.#deliveries.inFlight }, `txbox sqs consumer: stop timed out after ${o.stopTimeoutMs} ms (stopTimeoutMs); unfinished messages are made visible again`);
       this.#deliveries.releaseAll();
