@@ -9,9 +9,9 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, it } from 'node:test';
-import { createInbox, type RetryOptions } from 'txbox';
+import { createInbox, InboxQueue, type RetryOptions } from 'txbox';
 import { NatsConsumer, parseNatsMessage, type NatsConsumerEvents } from 'txbox/nats';
-import { applyVersioned, inboxNames, migrateInbox, PostgresInboxAdmin, PostgresInboxStore } from 'txbox/postgres';
+import { applyVersioned, inboxNames, migrateInbox, migratePostgres, PostgresInboxAdmin, PostgresInboxStore, PostgresOutboxStore, postgresNames } from 'txbox/postgres';
 import { AckPolicy, DeliverPolicy, jetstream, type JsMsg } from '@nats-io/jetstream';
 import { nanos } from '@nats-io/transport-node';
 import { checkDeliveries } from 'txbox/testing';
@@ -347,6 +347,33 @@ it('a message on its last delivery still queued behind its key when stop() runs 
     assert.match(row2!.last_error, /released unhandled on its last delivery/);
   } finally {
     open();
+    await s.delete();
+  }
+});
+
+it('worker mode without a dead-letter subject: a message on its last delivery is stored in the queue, not terminated without a copy', { timeout: 60_000 }, async () => {
+  s = await admin.streams();
+  try {
+    await migratePostgres(db.connection, postgresNames({ schema: db.schema, table: 'last_queue' }));
+    const last = item('lastq', 1);
+    const transport = s.transport();
+    await transport.start();
+    await publishAll(transport, [[last]]);
+    await transport.close();
+    // Another process of the durable took it and died: its next delivery is the last (max_deliver 2).
+    await admin.jsm.consumers.add(s.stream, { durable_name: 'lastq', ack_policy: AckPolicy.Explicit, deliver_policy: DeliverPolicy.All, ack_wait: nanos(1000), max_deliver: 2, max_ack_pending: 1000 });
+    const raw = await jetstream(admin.nc).consumers.get(s.stream, 'lastq');
+    for await (const m of await raw.fetch({ max_messages: 1, expires: 3000 })) assert.equal(m.info.deliveryCount, 1);
+    const queue = new InboxQueue(new PostgresOutboxStore({ schema: db.schema, table: 'last_queue', onDuplicateId: 'ignore' }), (fn) => db.connection.transaction(fn));
+    const consumer = new NatsConsumer({ stream: s.stream, durable: 'lastq', queue, deadLetterSubject: null, maxDeliveries: 2, ackWaitMs: 1000 });
+    await consumer.start();
+    try {
+      await waitFor('stored in the queue on its last delivery', async () => (await db.query(`SELECT 1 FROM "${db.schema}".last_queue WHERE id = $1`, [last.id])).length === 1, 20_000);
+    } finally {
+      await consumer.stop();
+    }
+    assert.equal(consumer.stats.queued, 1);
+  } finally {
     await s.delete();
   }
 });

@@ -430,6 +430,9 @@ export class NatsConsumer implements Consumer {
   #admit(d: Delivery, key: string): Admission {
     const o = this.#o;
     if (d.m.info.deliveryCount >= o.maxDeliveries) {
+      // Worker mode without a dead-letter subject: storing it in the queue is its handling (no handler runs here),
+      // and a termination, or a release (JetStream will not deliver it again), would leave nothing that keeps it.
+      if (o.handler.kind === 'queue' && o.deadLetterSubject === null) return 'handle';
       return { deadLetter: `delivered ${d.m.info.deliveryCount} times without an ack (maxDeliveries ${o.maxDeliveries}); the handler did not run again` };
     }
     if (o.handler.kind === 'queue') return this.#releasedKeys.size > 0 ? 'release' : 'handle';
