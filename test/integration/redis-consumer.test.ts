@@ -354,6 +354,32 @@ describe('RedisConsumer on a real Redis and PostgreSQL', () => {
     assert.deepEqual([a!.stats.reclaimed, b!.stats.reclaimed, a!.stats.duplicate + b!.stats.duplicate], [0, 0, 0], 'its idle time was kept below claimIdleMs (XCLAIM JUSTID)');
   });
 
+  it('a refresh of a held entry that Redis refuses (XCLAIM JUSTID; here an ACL without +xclaim) is reported, not dropped', async () => {
+    const { stream, name } = fresh();
+    const user = `txbox-noclaim-${randomBytes(3).toString('hex')}`;
+    await admin.call('ACL', 'SETUSER', user, 'on', '>hunter2', '~*', '&*', '+@all', '-xclaim');
+    const inbox = inboxFor(name);
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    inbox.on('Changed', async () => {
+      await gate;
+    });
+    const consumer = consumerFor(stream, name, { inbox, username: user, password: 'hunter2', claimIdleMs: 600 });
+    const errors: string[] = [];
+    consumer.events.on('error', (e) => errors.push(`${e.operation}: ${e.message}`));
+    await consumer.start();
+    try {
+      await admin.xadd(stream, '*', ...encodeStreamFields(ev('refresh', 1)));
+      await waitFor('the refusal reported', () => errors.some((e) => /^XCLAIM: .*NOPERM/i.test(e)), 10_000).catch((err: Error) => {
+        throw new Error(`${err.message}; errors ${JSON.stringify(errors)}`);
+      });
+    } finally {
+      release();
+      await consumer.stop();
+      await admin.call('ACL', 'DELUSER', user);
+    }
+  });
+
   it('an entry delivered more than maxDeliveries times (its consumers kept crashing) is dead-lettered without running the handler', async () => {
     const { stream, name } = fresh();
     const { inbox, runs } = countingInbox(name);

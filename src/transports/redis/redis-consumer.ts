@@ -367,13 +367,28 @@ export class RedisConsumer implements Consumer {
     const stale = [...this.#held.values()].filter((h) => now - h.touchedAt >= o.claimIntervalMs);
     if (stale.length > 0) {
       const pipeline = this.#commands!.pipeline();
+      const sent: ConsumerStream[] = [];
       for (const s of o.streams) {
         const ids = stale.filter((h) => h.stream === s).map((h) => h.entryId);
         // JUSTID: resets the idle time without counting a delivery.
-        if (ids.length > 0) pipeline.call('XCLAIM', [s.key, o.group, o.consumer, 0, ...ids, 'JUSTID']);
+        if (ids.length > 0) {
+          pipeline.call('XCLAIM', [s.key, o.group, o.consumer, 0, ...ids, 'JUSTID']);
+          sent.push(s);
+        }
       }
-      await pipeline.exec();
-      for (const h of stale) h.touchedAt = now;
+      // A refused refresh (an ACL, a group gone) lets the entries' idle time grow: another consumer may take them
+      // over after claimIdleMs while their handlers run. Reported, and tried again next round.
+      const replies = (await pipeline.exec()) ?? [];
+      const refused = new Set<ConsumerStream>();
+      for (const [i, s] of sent.entries()) {
+        const err = replies[i]?.[0];
+        if (err) {
+          refused.add(s);
+          this.#report('XCLAIM', err);
+        }
+      }
+      for (const h of stale) if (!refused.has(h.stream)) h.touchedAt = now;
+      if (refused.size === 0) this.#recovered('XCLAIM');
     }
     for (const s of o.streams) {
       for (let round = 0; round < 10 && this.#state === 'running' && this.#held.size < Math.max(o.count, o.concurrency); round++) {
