@@ -9,7 +9,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, it } from 'node:test';
-import { createInbox, InboxQueue, type RetryOptions } from 'txbox';
+import { createInbox, InboxQueue, type OutboxEvent, type RetryOptions } from 'txbox';
 import { NatsConsumer, parseNatsMessage, type NatsConsumerEvents } from 'txbox/nats';
 import { applyVersioned, inboxNames, migrateInbox, migratePostgres, PostgresInboxAdmin, PostgresInboxStore, PostgresOutboxStore, postgresNames } from 'txbox/postgres';
 import { AckPolicy, DeliverPolicy, jetstream, type JsMsg } from '@nats-io/jetstream';
@@ -66,6 +66,36 @@ async function deadLetters(): Promise<{ id: string; headers: Record<string, stri
     out.push({ id: parsed.event.id, headers });
   }
   return out;
+}
+
+/**
+ * Publishes v1 and v2 of one key, creates `durable` (max_deliver 3, ack_wait 1 s) and plays other processes of it
+ * that held them and died: v2 delivered twice (its next delivery is its last, the 3rd), v1 once. v1 is free again
+ * when this returns, v2 only once its ack_wait ends: a consumer then gets v1 first, v2 behind it on its last delivery.
+ */
+async function lastDeliveryBehindKey(durable: string, v1: OutboxEvent, v2: OutboxEvent): Promise<void> {
+  const transport = s.transport();
+  await transport.start();
+  await publishAll(transport, [[v1], [v2]]);
+  await transport.close();
+  await admin.jsm.consumers.add(s.stream, { durable_name: durable, ack_policy: AckPolicy.Explicit, deliver_policy: DeliverPolicy.All, ack_wait: nanos(1000), max_deliver: 3, max_ack_pending: 1000 });
+  const raw = await jetstream(admin.nc).consumers.get(s.stream, durable);
+  const take = async (max: number): Promise<JsMsg[]> => {
+    const out: JsMsg[] = [];
+    for await (const m of await raw.fetch({ max_messages: max, expires: 3000 })) if (out.push(m) === max) break;
+    return out;
+  };
+  const [m1, first2] = await take(2);
+  assert.deepEqual([m1?.seq, first2?.seq], [1, 2]);
+  const keep = setInterval(() => m1!.working(), 200);
+  try {
+    await new Promise((r) => setTimeout(r, 1500));
+    const [again2] = await take(1);
+    assert.deepEqual([again2?.seq, again2?.info.deliveryCount], [2, 2]);
+  } finally {
+    clearInterval(keep);
+  }
+  m1!.nak();
 }
 
 it('a poison handler is retried in place and dead-lettered after the inbox attempts, while other keys keep flowing', { timeout: 90_000 }, async () => {
@@ -223,30 +253,7 @@ it('a last delivery behind a released message of its key is recorded dead, not r
   try {
     const v1 = item('lastkey', 1, { poison: true });
     const v2 = item('lastkey', 2);
-    const transport = s.transport();
-    await transport.start();
-    await publishAll(transport, [[v1], [v2]]);
-    await transport.close();
-    // Other processes of the durable held them and died: v2 twice (its next delivery is its last, the 3rd), v1 once.
-    await admin.jsm.consumers.add(s.stream, { durable_name: 'lastdel', ack_policy: AckPolicy.Explicit, deliver_policy: DeliverPolicy.All, ack_wait: nanos(1000), max_deliver: 3, max_ack_pending: 1000 });
-    const raw = await jetstream(admin.nc).consumers.get(s.stream, 'lastdel');
-    const take = async (max: number): Promise<JsMsg[]> => {
-      const out: JsMsg[] = [];
-      for await (const m of await raw.fetch({ max_messages: max, expires: 3000 })) if (out.push(m) === max) break;
-      return out;
-    };
-    const [m1, first2] = await take(2);
-    assert.deepEqual([m1?.seq, first2?.seq], [1, 2]);
-    const keep = setInterval(() => m1!.working(), 200);
-    try {
-      await new Promise((r) => setTimeout(r, 1500));
-      const [again2] = await take(1);
-      assert.deepEqual([again2?.seq, again2?.info.deliveryCount], [2, 2]);
-    } finally {
-      clearInterval(keep);
-    }
-    // v1 is free again now, v2 only once its ack_wait ends: the consumer below gets v1 first, then v2 on its last delivery.
-    m1!.nak();
+    await lastDeliveryBehindKey('lastdel', v1, v2);
 
     // v1 (2nd delivery) fails and waits 20 s to retry: stop() releases it, and with it its key; v2, on its last delivery, waits behind it.
     const { inbox, calls } = poisonInbox('lastdel', { baseDelayMs: 20_000, maxDelayMs: 20_000 });
@@ -304,29 +311,7 @@ it('a message on its last delivery still queued behind its key when stop() runs 
   try {
     const v1 = item('stopkey', 1);
     const v2 = item('stopkey', 2);
-    const transport = s.transport();
-    await transport.start();
-    await publishAll(transport, [[v1], [v2]]);
-    await transport.close();
-    // Other processes of the durable held them and died: v2 twice (its next delivery is its last, the 3rd), v1 once.
-    await admin.jsm.consumers.add(s.stream, { durable_name: 'stopdel', ack_policy: AckPolicy.Explicit, deliver_policy: DeliverPolicy.All, ack_wait: nanos(1000), max_deliver: 3, max_ack_pending: 1000 });
-    const raw = await jetstream(admin.nc).consumers.get(s.stream, 'stopdel');
-    const take = async (max: number): Promise<JsMsg[]> => {
-      const out: JsMsg[] = [];
-      for await (const m of await raw.fetch({ max_messages: max, expires: 3000 })) if (out.push(m) === max) break;
-      return out;
-    };
-    const [m1, first2] = await take(2);
-    assert.deepEqual([m1?.seq, first2?.seq], [1, 2]);
-    const keep = setInterval(() => m1!.working(), 200);
-    try {
-      await new Promise((r) => setTimeout(r, 1500));
-      const [again2] = await take(1);
-      assert.deepEqual([again2?.seq, again2?.info.deliveryCount], [2, 2]);
-    } finally {
-      clearInterval(keep);
-    }
-    m1!.nak();
+    await lastDeliveryBehindKey('stopdel', v1, v2);
 
     // v1 (2nd delivery) is handled and holds past stopTimeoutMs; v2, on its last delivery, waits behind it and is released at the deadline.
     const inbox = createInbox({ store: new PostgresInboxStore({ connection: db.connection, schema: db.schema }), consumer: 'stopdel' });
