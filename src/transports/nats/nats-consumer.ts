@@ -97,9 +97,14 @@ export class NatsConsumer implements Consumer {
    * takes the whole max_ack_pending of the durable.
    */
   readonly #limit: number;
-  /** Keys with a message released (stop, a failed dead letter): their later messages are released too, so none overtakes it. */
-  /** Keys with a released message, each with the lowest stream sequence released: its redelivery comes first. */
-  readonly #releasedKeys = new Map<string, number>();
+  /**
+   * Keys with a released message (stop, a failed dead letter, a dead event
+   * nothing else keeps): their later messages are released too, so none
+   * overtakes it. Each with the lowest stream sequence released, whose
+   * redelivery unblocks the key, and until when to wait for it here (another
+   * process of the durable may get it instead).
+   */
+  readonly #releasedKeys = new Map<string, { readonly seq: number; readonly until: number }>();
   #session: Session | null = null;
   readonly #core: ConsumerCore;
   #messages: ConsumerMessages | null = null;
@@ -438,9 +443,10 @@ export class NatsConsumer implements Consumer {
     if (o.handler.kind === 'queue') return this.#releasedKeys.size > 0 ? 'release' : 'handle';
     const head = this.#releasedKeys.get(key);
     if (head === undefined) return 'handle';
-    // The key's first released message, delivered again: its turn, and the key's after it (a release while running:
-    // a dead event nothing else keeps, left for redelivery).
-    if (d.m.seq !== head) return 'release';
+    // The key's first released message, delivered again (a release while running: a dead event nothing else keeps,
+    // left for redelivery), or not back by its deadline (it went to another process of the durable, where per-key
+    // order between processes is not kept anyway): the key's turn again.
+    if (d.m.seq !== head.seq && Date.now() < head.until) return 'release';
     this.#releasedKeys.delete(key);
     return 'handle';
   }
@@ -510,7 +516,11 @@ export class NatsConsumer implements Consumer {
    * first released one is delivered again (a release while running).
    */
   #released(d: Delivery, event: OutboxEvent | null): void {
-    if (event !== null) this.#releasedKeys.set(event.key, Math.min(d.m.seq, this.#releasedKeys.get(event.key) ?? Infinity));
+    if (event !== null) {
+      const head = this.#releasedKeys.get(event.key);
+      // Redelivered after ack_wait; a pull request lives half of it (pullExpiresMs): three ack_waits are a wide margin.
+      if (head === undefined || d.m.seq < head.seq) this.#releasedKeys.set(event.key, { seq: d.m.seq, until: Date.now() + 3 * this.#o.ackWaitMs });
+    }
     this.stats.released++;
     this.events.fire('released', { seq: d.m.seq, id: event?.id ?? d.id ?? '' });
   }
