@@ -115,15 +115,16 @@ function keptDead(outcome: { readonly attempts: number; readonly unrecorded?: bo
 }
 
 /**
- * Whether the broker's copy of a dead event is the only one: the event is
- * readable, no inbox row keeps it (the inbox store, or the inbox queue,
- * refused it: a constraint, a column too small), and a store may yet take it
- * once that is fixed. An adapter without a dead-letter destination leaves
- * such a message for redelivery instead of acking it. Not an event dead at
- * the inbox's boundary (0 attempts: no inbox can ever store it).
+ * Whether the broker's copy of a dead event is the only one: an inbox
+ * consumer's readable event that no inbox row keeps (the store refused it: a
+ * constraint, a column too small), which a store may yet take once that is
+ * fixed. An adapter without a dead-letter destination leaves such a message
+ * for redelivery instead of acking it. Not an event dead at the inbox's
+ * boundary (0 attempts: no inbox can ever store it), nor in worker mode (an
+ * adapter there may release every message behind a released one).
  */
-export function keptNowhere(event: OutboxEvent | null, attempts: number | null, kept: boolean): boolean {
-  return event !== null && !kept && attempts !== 0;
+export function keptNowhere(handler: ConsumerHandler, event: OutboxEvent | null, attempts: number | null, kept: boolean): boolean {
+  return handler.kind === 'inbox' && event !== null && !kept && attempts !== 0;
 }
 
 /**
@@ -421,6 +422,11 @@ export class DeliveryCore<M> {
   #release(message: M, event: OutboxEvent | null): void {
     const known = event ?? this.#held.get(message) ?? null;
     if (!this.#forget(message)) return;
+    this.#giveBack(message, known, event);
+  }
+
+  /** Leaves a message for redelivery, recording `known` dead first when this is its last delivery. */
+  #giveBack(message: M, known: OutboxEvent | null, event: OutboxEvent | null): void {
     if (known !== null && this.#o.port.lastDelivery?.(message) === true) this.#recordReleased(known);
     this.#o.port.release(message);
     this.#o.hooks?.released?.(message, event);
@@ -462,9 +468,7 @@ export class DeliveryCore<M> {
    */
   releaseUnaccepted(message: M, parsed: { readonly ok: true; readonly event: OutboxEvent } | { readonly ok: false }): void {
     const event = parsed.ok ? parsed.event : null;
-    if (event !== null && this.#o.port.lastDelivery?.(message) === true) this.#recordReleased(event);
-    this.#o.port.release(message);
-    this.#o.hooks?.released?.(message, event);
+    this.#giveBack(message, event, event);
   }
 
   /** stop() ran out of time: every message still held is released now. */

@@ -337,7 +337,7 @@ export class KafkaConsumer implements Consumer {
       noun: 'record',
       port: {
         ack: (i) => this.#finish(run, i),
-        deadLetter: (i, reason, event, attempts, kept) => this.#deadLetter(run, i, reason, event, attempts, o.handler.kind === 'inbox' && keptNowhere(event, attempts, kept)),
+        deadLetter: (i, reason, event, attempts, kept) => this.#deadLetter(run, i, reason, event, attempts, keptNowhere(o.handler, event, attempts, kept)),
         // Not finished: stays uncommitted, and is fetched again (by this process or the partition's next owner).
         release: () => {},
         signal: () => run.signal,

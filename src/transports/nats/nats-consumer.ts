@@ -137,8 +137,7 @@ export class NatsConsumer implements Consumer {
       onStop: 'finish',
       port: {
         ack: (d) => this.#ack(d.m),
-        // Worker mode releases every message behind a released one: a refusal of the inbox queue is not held on to.
-        deadLetter: (d, reason, event, attempts, kept) => this.#deadLetter(d, reason, event, o.handler.kind === 'inbox' && keptNowhere(event, attempts, kept)),
+        deadLetter: (d, reason, event, attempts, kept) => this.#deadLetter(d, reason, event, keptNowhere(o.handler, event, attempts, kept)),
         // Left unacked, not nak()ed: see #released.
         release: () => {},
         // Delivered max_deliver times: JetStream will not deliver it again, so a release records it dead in the inbox.

@@ -102,7 +102,7 @@ export class PubSubConsumer implements Consumer, HealthSource {
       batch: o.batch,
       port: {
         ack: (m) => this.#ack(m),
-        deadLetter: (m, reason, event, attempts, kept) => this.#deadLetter(m, reason, event, o.handler.kind === 'inbox' && keptNowhere(event, attempts, kept)),
+        deadLetter: (m, reason, event, attempts, kept) => this.#deadLetter(m, reason, event, keptNowhere(o.handler, event, attempts, kept)),
         release: (m) => m.nack(),
         // The subscription's dead-letter policy forwards a message nacked on its maxDeliveryAttempts-th delivery.
         lastDelivery: (m) => {
