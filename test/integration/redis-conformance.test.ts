@@ -11,28 +11,19 @@
  * XADDs held by the pause fail when the server goes down and are retried by
  * the relay after the restart.
  */
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
 import { RedisTransport, parseStreamEntry } from 'txbox/redis';
 import type { Delivered } from 'txbox/testing';
 import { runTransportConformance } from 'txbox/testing/conformance';
 import { DATABASE_URL } from '../helpers/databases.ts';
-import { freePort } from '../helpers/ports.ts';
+import { privateRedis } from '../helpers/private-redis.ts';
 
-const run = promisify(execFile);
-const PORT = await freePort();
-const DIR = await mkdtemp(join(tmpdir(), 'txbox-redis-conformance-'));
-const REDIS_URL = `redis://127.0.0.1:${PORT}`;
+const server = await privateRedis('redis-conformance');
+const PORT = server.port;
+const REDIS_URL = server.url;
 const prefix = `txbox-test:conf-${randomBytes(4).toString('hex')}:`;
-const SERVER_ARGS = ['--daemonize', 'yes', '--bind', '127.0.0.1', '--port', String(PORT), '--save', '', '--appendonly', 'no', '--dir', DIR, '--pidfile', join(DIR, 'redis.pid'), '--logfile', join(DIR, 'redis.log')];
-await run('redis-server', SERVER_ARGS);
-await until('the conformance Redis to answer PING', answersPing, 15_000);
 const reader = new Redis({ host: '127.0.0.1', port: PORT, lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => 100 });
 reader.on('error', () => {}); // it reconnects by itself after restart()
 await reader.connect();
@@ -55,21 +46,7 @@ async function catchUp(destination: string): Promise<void> {
   }
 }
 
-async function answersPing(): Promise<boolean> {
-  try {
-    return (await run('redis-cli', ['-h', '127.0.0.1', '-p', String(PORT), 'ping'], { timeout: 2000 })).stdout.trim() === 'PONG';
-  } catch {
-    return false;
-  }
-}
 
-async function until(what: string, check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(50);
-  }
-}
 
 runTransportConformance({
   name: 'redis',
@@ -99,11 +76,9 @@ runTransportConformance({
       await reader.call('CLIENT', 'PAUSE', '30000', 'WRITE');
       for (const destination of logs.keys()) await catchUp(destination);
       for (const log of logs.values()) log.after = '-'; // the restarted server starts with empty streams
-      await run('redis-cli', ['-h', '127.0.0.1', '-p', String(PORT), 'shutdown', 'nosave']).catch(() => {}); // the server hangs up as it exits
-      await until('Redis to stop', async () => !(await answersPing()), 10_000);
+      await server.stop();
       await sleep(1000); // the relay meets refused connections meanwhile
-      await run('redis-server', SERVER_ARGS);
-      await until('Redis to answer PING after the restart', answersPing, 15_000);
+      await server.start();
     },
     async unroutableDestination() {
       const destination = `plain${++counter}`;
@@ -122,8 +97,7 @@ runTransportConformance({
       const keys = await reader.keys(`${prefix}*`);
       if (keys.length > 0) await reader.del(...keys);
       await reader.quit();
-      await run('redis-cli', ['-h', '127.0.0.1', '-p', String(PORT), 'shutdown', 'nosave']).catch(() => {});
-      await rm(DIR, { recursive: true, force: true });
+      await server.close();
     },
   },
 });

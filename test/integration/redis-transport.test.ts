@@ -14,6 +14,7 @@ import { inspect } from 'node:util';
 import { Redis } from 'ioredis';
 import { TransportError, uuidv7, type Logger, type OutboxEvent, type PublishOutcome } from 'txbox';
 import { RedisTransport, parseStreamEntry } from 'txbox/redis';
+import { privateRedis } from '../helpers/private-redis.ts';
 
 const REDIS_URL = 'redis://127.0.0.1:6379';
 const prefix = `txbox-test:tr-${randomBytes(4).toString('hex')}:`;
@@ -83,7 +84,6 @@ describe('RedisTransport on a real Redis', () => {
     await admin.connect();
   });
   after(async () => {
-    await admin.config('SET', 'maxmemory', '0');
     const keys = await admin.keys(`${prefix}*`);
     if (keys.length > 0) await admin.del(...keys);
     await admin.quit();
@@ -146,17 +146,21 @@ describe('RedisTransport on a real Redis', () => {
   });
 
   it('OOM (maxmemory reached) is retriable with a delay', async () => {
-    const transport = new RedisTransport({ url: REDIS_URL, streamPrefix: prefix });
-    await transport.start(signal());
+    // On a Redis of its own: maxmemory 1 on the shared one failed other test files' commands running meanwhile.
+    const server = await privateRedis('redis-oom');
+    const transport = new RedisTransport({ url: server.url, streamPrefix: prefix });
+    const own = new Redis(server.url);
     try {
-      await admin.config('SET', 'maxmemory', '1');
+      await transport.start(signal());
+      await own.config('SET', 'maxmemory', '1');
       const error = failure((await transport.publish([event('oom')], signal()))[0]);
       assert.equal(error.kind, 'retriable');
       assert.match(error.message, /OOM.*maxmemory/);
       assert.equal(error.retryAfterMs, 5000);
     } finally {
-      await admin.config('SET', 'maxmemory', '0');
+      own.disconnect();
       await transport.close();
+      await server.close();
     }
   });
 
