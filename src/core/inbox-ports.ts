@@ -52,9 +52,11 @@ export interface InboxStore<Tx = SqlExecutor> {
   hold(consumer: string, event: OutboxEvent, reason: string): Promise<void>;
   /**
    * Events to run again now, oldest version first: with `key`, the held events
-   * of that key; without, the ones an operator asked to retry.
+   * of that key; without, the ones an operator asked to retry, of `types`
+   * only when given (the types the calling process has handlers for: the
+   * others wait for a process that has, and must not fill every page).
    */
-  redrivable(consumer: string, limit: number, key?: string): Promise<OutboxEvent[]>;
+  redrivable(consumer: string, limit: number, key?: string, types?: readonly string[]): Promise<OutboxEvent[]>;
 }
 
 export interface RunBatchOptions {

@@ -714,7 +714,8 @@ export class Inbox<Tx = SqlExecutor> {
     if (this.#redriving) return 0;
     this.#redriving = true;
     try {
-      const events = await this.#store.redrivable(this.consumer, 100);
+      if (this.#handlers.size === 0) return 0;
+      const events = await this.#store.redrivable(this.consumer, 100, undefined, [...this.#handlers.keys()]);
       for (const e of events) {
         const trace = startInboxTrace(e, this.consumer);
         await settleInboxTrace(trace, this.#processAlone(e, trace, true));

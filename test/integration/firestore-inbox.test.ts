@@ -275,4 +275,24 @@ describe('firestore inbox', { skip, timeout: 240_000 }, () => {
       (err: unknown) => err instanceof ConfigError && /values/.test(err.message),
     );
   });
+  it("operator retries of more types than one 'in' query takes: the oldest of the handled types, in key order", async () => {
+    // 35 types, one retried event each, received in reverse key order; `in` takes 30 values, so the store queries in chunks.
+    const types = Array.from({ length: 35 }, (_, i) => `Typed${i}`);
+    const inbox = createInbox<Transaction>({ store, consumer: 'many-types', autoStart: false, metrics: false, retry: { baseDelayMs: 1, maxDelayMs: 1, maxAttempts: 1 } });
+    for (const type of types)
+      inbox.on(type, async () => {
+        throw new Error('not yet');
+      });
+    const events = types.map((type, i) => ({ ...event(`many-${String(99 - i)}`), type }));
+    for (const e of events) assert.equal((await inbox.process(e)).status, 'dead');
+    assert.equal((await admin.retryDead({ all: true, consumer: 'many-types' }, 'test')).length, 35);
+    const byKey = (list: OutboxEvent[]) => list.map((e) => e.id);
+    const inKeyOrder = [...events].reverse();
+    assert.deepEqual(byKey(await store.redrivable('many-types', 100, undefined, types)), byKey(inKeyOrder));
+    // The limit takes the oldest received (the first 5 processed: the last 5 in key order), then sorts them by key.
+    assert.deepEqual(byKey(await store.redrivable('many-types', 5, undefined, types)), byKey(events.slice(0, 5).reverse()));
+    assert.deepEqual(byKey(await store.redrivable('many-types', 100, undefined, ['Typed3', 'Typed34'])), byKey([events[34]!, events[3]!]));
+    assert.deepEqual(await store.redrivable('many-types', 100, undefined, []), []);
+    assert.equal((await store.redrivable('many-types', 100)).length, 35, 'no types: every retried event');
+  });
 });

@@ -416,12 +416,16 @@ export class FirestoreInboxStore implements InboxStore<Transaction> {
     });
   }
 
-  async redrivable(consumer: string, limit: number, key?: string): Promise<OutboxEvent[]> {
+  async redrivable(consumer: string, limit: number, key?: string, types?: readonly string[]): Promise<OutboxEvent[]> {
     checkConsumer(consumer);
     const col = this.#db.collection(this.names.inbox);
     if (key === undefined) {
-      const docs = (await col.where('consumer', '==', consumer).where('status', '==', 'retry').orderBy('receivedAt').limit(limit).get()).docs;
-      return docs.sort(byKeyVersion).map((d) => envelopeFromFirestore(d.get('envelope')));
+      const retries = col.where('consumer', '==', consumer).where('status', '==', 'retry');
+      // `in` takes IN_LIMIT values: one query per chunk of types, the oldest `limit` of their union.
+      const pages = types === undefined ? [retries] : chunks([...types], IN_LIMIT).map((part) => retries.where('type', 'in', part));
+      const docs = (await Promise.all(pages.map(async (q) => (await q.orderBy('receivedAt').limit(limit).get()).docs))).flat();
+      if (pages.length > 1) docs.sort((a, b) => received(a) - received(b));
+      return docs.slice(0, limit).sort(byKeyVersion).map((d) => envelopeFromFirestore(d.get('envelope')));
     }
     // Versioned first, oldest version first; then those without a version (Firestore orders null first, SQL's NULLS LAST is the rule here).
     const held = this.#held(consumer).where('key', '==', key);
@@ -437,11 +441,15 @@ function lookedAt(d: QueryDocumentSnapshot): number {
   return t ? t.toMillis() : 0;
 }
 
+function received(d: QueryDocumentSnapshot): number {
+  return (d.get('receivedAt') as Timestamp).toMillis();
+}
+
 /** Operator retries run in key order, each key's oldest version first (no version last), then by arrival. */
 function byKeyVersion(a: QueryDocumentSnapshot, b: QueryDocumentSnapshot): number {
   const [ka, kb] = [a.get('key') as string, b.get('key') as string];
   if (ka !== kb) return ka < kb ? -1 : 1;
   const [va, vb] = [a.get('version') as number | null, b.get('version') as number | null];
   if (va !== vb) return va === null ? 1 : vb === null ? -1 : va - vb;
-  return (a.get('receivedAt') as Timestamp).toMillis() - (b.get('receivedAt') as Timestamp).toMillis();
+  return received(a) - received(b);
 }

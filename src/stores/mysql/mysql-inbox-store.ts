@@ -287,18 +287,22 @@ export class MysqlInboxStore implements InboxStore<MysqlExecutor> {
     );
   }
 
-  async redrivable(consumer: string, limit: number, key?: string): Promise<OutboxEvent[]> {
+  async redrivable(consumer: string, limit: number, key?: string, types?: readonly string[]): Promise<OutboxEvent[]> {
     const t = this.names.inbox;
-    const rows =
-      key === undefined
-        ? await this.#db.query<{ envelope: unknown }>(
-            `SELECT envelope FROM ${t} WHERE consumer = ? AND status = 'retry' ORDER BY \`key\`, version IS NULL, version, received_at LIMIT ?`,
-            [consumer, limit],
-          )
-        : await this.#db.query<{ envelope: unknown }>(
-            `SELECT envelope FROM ${t} WHERE consumer = ? AND \`key\` = ? AND status = 'held' ORDER BY version IS NULL, version, received_at LIMIT ?`,
-            [consumer, key, limit],
-          );
+    let rows: { envelope: unknown }[];
+    if (key === undefined) {
+      if (types?.length === 0) return [];
+      const ofTypes = types === undefined ? '' : ` AND type IN (${marks(types.length)})`;
+      rows = await this.#db.query<{ envelope: unknown }>(
+        `SELECT envelope FROM ${t} WHERE consumer = ? AND status = 'retry'${ofTypes} ORDER BY \`key\`, version IS NULL, version, received_at LIMIT ?`,
+        [consumer, ...(types ?? []), limit],
+      );
+    } else {
+      rows = await this.#db.query<{ envelope: unknown }>(
+        `SELECT envelope FROM ${t} WHERE consumer = ? AND \`key\` = ? AND status = 'held' ORDER BY version IS NULL, version, received_at LIMIT ?`,
+        [consumer, key, limit],
+      );
+    }
     return rows.map((r) => envelopeFromMysql(r.envelope));
   }
 }

@@ -119,7 +119,7 @@ export class PostgresInboxStore implements InboxStore {
         )
         SELECT DISTINCT key FROM stamped`,
       held: `SELECT envelope FROM ${t} WHERE consumer = $1 AND key = $2 AND status = 'held' ORDER BY version NULLS LAST, received_at LIMIT $3`,
-      retries: `SELECT envelope FROM ${t} WHERE consumer = $1 AND status = 'retry' ORDER BY key, version NULLS LAST, received_at LIMIT $2`,
+      retries: `SELECT envelope FROM ${t} WHERE consumer = $1 AND status = 'retry' AND ($3::text[] IS NULL OR type = ANY($3)) ORDER BY key, version NULLS LAST, received_at LIMIT $2`,
     };
   }
 
@@ -197,10 +197,10 @@ export class PostgresInboxStore implements InboxStore {
     return rows.map((r) => r.key);
   }
 
-  async redrivable(consumer: string, limit: number, key?: string): Promise<OutboxEvent[]> {
+  async redrivable(consumer: string, limit: number, key?: string, types?: readonly string[]): Promise<OutboxEvent[]> {
     const { rows } =
       key === undefined
-        ? await this.#db.query<{ envelope: unknown }>(this.#sql.retries, [consumer, limit])
+        ? await this.#db.query<{ envelope: unknown }>(this.#sql.retries, [consumer, limit, types ?? null])
         : await this.#db.query<{ envelope: unknown }>(this.#sql.held, [consumer, key, limit]);
     return rows.map((r) => envelopeFromJson(r.envelope));
   }

@@ -594,6 +594,35 @@ export function runStoreConformance<Tx>(options: StoreConformanceOptions<Tx>): v
       }
     });
 
+    it('inbox: operator retries of a type this process has no handler for do not keep the others from running', async (t) => {
+      if (!ns.inboxStore || !ns.listDead || !ns.retryDead) return t.skip('the store has no inbox admin');
+      // A deploy that dropped a type's handler leaves its retried events waiting; a page of them must not hide the rest.
+      const options = { store: ns.inboxStore, consumer: 'conformance-orphan', autoStart: false, metrics: false, retry: { baseDelayMs: 10, maxDelayMs: 10, maxAttempts: 1 } } as const;
+      const before = createInbox<Tx>(options);
+      before.on('Retired', async () => {
+        throw new Error('retired');
+      });
+      before.on(Stock, async () => {
+        throw new Error('downstream says no');
+      });
+      const retired = Array.from({ length: 100 }, (_, i) => ({ ...stockEvent(`a-orphan-${String(i).padStart(3, '0')}`, null, i), type: 'Retired' }));
+      const kept = stockEvent('z-orphan', null, 1);
+      const after = createInbox<Tx>(options);
+      after.on(Stock, async (event, tx) => {
+        await ns.recordEffect(tx, `orphan-${event.id}`);
+      });
+      try {
+        for (const e of [...retired, kept]) assert.equal((await before.process(e)).status, 'dead');
+        assert.equal((await ns.retryDead('conformance-orphan')).length, 101);
+        assert.equal(await after.redrive(), 1, 'the one retried event with a handler ran');
+        assert.equal(await ns.countEffects(`orphan-${kept.id}`), 1);
+        assert.equal(await after.redrive(), 0, 'the others wait for a process that handles them');
+      } finally {
+        await before.stop();
+        await after.stop();
+      }
+    });
+
     it('version-guarded projections: stale versions change nothing, a gap is held until the missing version arrives, or applied and reported', async (t) => {
       if (!ns.inboxStore || !ns.applyVersioned || !ns.readProjection) return t.skip('the store has no inbox or projections');
       const store = ns.inboxStore;
