@@ -380,6 +380,39 @@ describe('RedisConsumer on a real Redis and PostgreSQL', () => {
     }
   });
 
+  it('a short claimIdleMs (60 ms): entries whose handler outlasts it are kept fresh, not taken over by another consumer nor dead-lettered', async () => {
+    // claimIdleMs 60: each process must refresh its entries within a third of it, or another process's XAUTOCLAIM
+    // takes them over while their handlers run (a delivery counted each time, the handler run twice at once).
+    const { stream, name } = fresh();
+    let runs = 0;
+    // Two processes of the group, each with its inbox.
+    const consumers = ['one', 'two'].map((c) => {
+      const inbox = inboxFor(name);
+      inbox.on('Changed', async () => {
+        runs++;
+        await sleep(3000);
+      });
+      return consumerFor(stream, name, { inbox, consumer: `${name}-${c}`, claimIdleMs: 60, maxDeliveries: 2 });
+    });
+    const e = ev('slow', 1);
+    // The second starts 70 ms after the first: its rounds do not run just after the first's refreshes.
+    await consumers[0]!.start();
+    await sleep(70);
+    await consumers[1]!.start();
+    await admin.xadd(stream, '*', ...encodeStreamFields(e));
+    try {
+      await waitFor('acked', async () => (await pending(stream, name)) === 0 && runs > 0, 10_000);
+      await sleep(300);
+    } finally {
+      for (const c of consumers) await c.stop();
+    }
+    assert.equal(runs, 1, 'the handler ran once');
+    assert.deepEqual(consumers.map((c) => c.stats.reclaimed), [0, 0], 'no takeover of an entry whose handler runs');
+    assert.equal(await admin.xlen(`${stream}:dead`), 0, 'nothing dead-lettered');
+    const rows = await db.query<{ status: string }>(`SELECT status FROM "${db.schema}".inbox WHERE consumer = $1 AND event_id = $2`, [name, e.id]);
+    assert.equal(rows[0]?.status, 'processed');
+  });
+
   it('an entry delivered more than maxDeliveries times (its consumers kept crashing) is dead-lettered without running the handler', async () => {
     const { stream, name } = fresh();
     const { inbox, runs } = countingInbox(name);
@@ -419,6 +452,7 @@ describe('RedisConsumer on a real Redis and PostgreSQL', () => {
     assert.throws(() => new RedisConsumer({ url: REDIS_URL, streams: [stream], group: name }), (err: ConfigError) => err.field === 'inbox');
     assert.throws(() => new RedisConsumer({ url: REDIS_URL, streams: [], group: name, inbox }), (err: ConfigError) => err.field === 'streams');
     assert.throws(() => new RedisConsumer({ url: REDIS_URL, streams: [stream], group: name, inbox, startId: 'latest' }), (err: ConfigError) => err.field === 'startId');
+    assert.throws(() => new RedisConsumer({ url: REDIS_URL, streams: [stream], group: name, inbox, claimIdleMs: 20 }), (err: ConfigError) => err.field === 'claimIdleMs' && /from 30 to/.test(err.message));
     const listed = new RedisConsumer({ url: REDIS_URL, streams: ['txbox:orders'], group: name, inbox });
     assert.equal(listed.name, 'redis');
   });
