@@ -23,7 +23,7 @@ import { SqsConsumer, SqsTransport } from 'txbox/sqs';
 import { openDb, type TestDb } from '../helpers/databases.ts';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts';
 import { waitFor } from '../helpers/wait.ts';
-import { FAST_GROUP, newGroup, newTopic } from '../fixtures/kafka-consumer-helpers.ts';
+import { closeKafkaAdmin, FAST_GROUP, newGroup, newTopic } from '../fixtures/kafka-consumer-helpers.ts';
 import { TestBroker } from '../fixtures/rabbitmq-consumer-broker.ts';
 import { holdBrokerLock } from '../helpers/broker-lock.ts';
 import { JetStreamAdmin } from '../fixtures/nats-consumer-helpers.ts';
@@ -187,6 +187,13 @@ describe('broker down at start', { timeout: 600_000 }, () => {
       await rabbit.cleanup();
     } finally {
       release();
+    }
+    // The Kafka case's topic and group, and the admin client that made them (left open, it kept the file's process alive).
+    const releaseKafka = await holdBrokerLock('kafka');
+    try {
+      await closeKafkaAdmin();
+    } finally {
+      releaseKafka();
     }
     await db.close();
   });
