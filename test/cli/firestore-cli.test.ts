@@ -264,9 +264,18 @@ describe('txbox CLI on Firestore (emulator)', { concurrency: true, timeout: 300_
     assert.match(prune.stdout, /deleted 5 row\(s\)/);
     const left = (await db.collection('txbox_outbox').get()).docs.map((d) => [d.get('id'), d.get('state')]).sort();
     assert.deepEqual(left, [[ids[5], 'published'], [ids[6], 'parked'], [ids[7], 'pending'], [ids[8], 'pending']].sort());
-    const inbox = await runCli(['inbox', 'migrate', '--print'], envFor(url));
-    expectExit(inbox, 2, 'inbox on Firestore');
-    assert.match(inbox.stderr, /is a Firestore URL: txbox inbox does not run on Firestore yet/);
+    // txbox inbox on Firestore: the inbox collection's indexes, nothing else yet.
+    const inbox = await runCli(['inbox', 'migrate', '--print', '--inbox-table', 'shop_inbox'], envFor(url));
+    expectExit(inbox, 0, 'inbox migrate --print on Firestore');
+    const indexes = JSON.parse(inbox.stdout) as { indexes: { collectionGroup: string }[]; fieldOverrides: { fieldPath: string }[] };
+    assert.ok(indexes.indexes.length > 0 && indexes.indexes.every((i) => i.collectionGroup === 'shop_inbox'));
+    assert.deepEqual(indexes.fieldOverrides.map((f) => f.fieldPath), ['envelope']);
+    const badName = await runCli(['inbox', 'migrate', '--print', '--inbox-table', 'bad name'], envFor(url));
+    expectExit(badName, 2, 'a bad collection name');
+    assert.match(badName.stderr, /--inbox-table/);
+    const status = await runCli(['inbox', 'status'], envFor(url));
+    expectExit(status, 2, 'inbox status on Firestore');
+    assert.match(status.stderr, /Firestore/);
   });
 
   it('`txbox parked` lists, retries, skips and discards on Firestore with an audit trail; `txbox replay` re-queues published events with their ids', async () => {

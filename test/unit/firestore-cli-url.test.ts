@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { parseFirestoreUrl } from '../../src/cli/backends/firestore-url.ts';
 import { storeOf } from '../../src/cli/backends/backend.ts';
 import { CliError } from '../../src/cli/cli-error.ts';
-import { firestoreIndexes, gcloudIndexCommands } from '../../src/stores/firestore/firestore-indexes.ts';
+import { firestoreInboxIndexes, firestoreIndexes, gcloudIndexCommands, INBOX_INDEX_PURPOSES } from '../../src/stores/firestore/firestore-indexes.ts';
 
 it('firestore://PROJECT_ID is the (default) database, /DATABASE_ID another; FIRESTORE_EMULATOR_HOST is said in the label', () => {
   assert.equal(storeOf('firestore://shop-prod'), 'firestore');
@@ -42,4 +42,22 @@ it('the gcloud commands create the same composite indexes as firestore.indexes.j
   assert.match(commands[2]!, /field-path=ts,order=descending$/);
   assert.match(gcloudIndexCommands('shop-prod', 'orders-eu')[0]!, /--database=orders-eu --collection-group=txbox_outbox /);
   assert.throws(() => firestoreIndexes({ collection: 'bad name' }), /collection/);
+});
+
+it("the inbox's composite indexes: one per query shape that is not equality only, on the inbox collection, envelope exempt", () => {
+  const file = firestoreInboxIndexes({ collection: 'shop_inbox' });
+  assert.equal(file.indexes.length, INBOX_INDEX_PURPOSES.length);
+  assert.ok(file.indexes.every((i) => i.collectionGroup === 'shop_inbox' && i.queryScope === 'COLLECTION'));
+  const shapes = file.indexes.map((i) => i.fields.map((f) => `${f.fieldPath}${f.order === 'DESCENDING' ? ' desc' : ''}`).join(','));
+  // redrive (with and without types), held events of keys, the held re-check, status, the admin's lists, prune
+  for (const shape of ['consumer,status,receivedAt', 'consumer,status,type,receivedAt', 'consumer,status,key', 'consumer,status,key,version,receivedAt', 'consumer,status,heldAt', 'consumer,status,processedAt', 'consumer,status,processedAt desc', 'status,receivedAt', 'status,processedAt']) {
+    assert.ok(shapes.includes(shape), shape);
+  }
+  assert.equal(new Set(shapes).size, shapes.length);
+  assert.deepEqual(file.fieldOverrides, [{ collectionGroup: 'shop_inbox', fieldPath: 'envelope', indexes: [] }]);
+  assert.equal(firestoreInboxIndexes().indexes[0]!.collectionGroup, 'txbox_inbox');
+  const commands = gcloudIndexCommands('shop-prod', '(default)', {}, file);
+  assert.equal(commands.length, file.indexes.length);
+  assert.match(commands[0]!, /--collection-group=shop_inbox --query-scope=collection --field-config=field-path=consumer,order=ascending --field-config=field-path=status,order=ascending --field-config=field-path=receivedAt,order=ascending$/);
+  assert.throws(() => firestoreInboxIndexes({ collection: '__inbox__' }), /reserved/);
 });

@@ -142,11 +142,16 @@ export async function printMigrationsFor(config: CliConfig): Promise<string> {
   return printPostgres(config);
 }
 
-/** The SQL of `txbox inbox migrate --print` for the configured store and inbox table (no connection). */
-export async function printInboxMigrationsFor(config: CliConfig, table: string): Promise<string> {
+/**
+ * `txbox inbox migrate --print` for the configured store (no connection): the SQL of the inbox table
+ * `table` (default `inbox`), or on Firestore the inbox collection's `firestore.indexes.json` (default `txbox_inbox`).
+ */
+export async function printInboxMigrationsFor(config: CliConfig, tableFlag: string | undefined): Promise<string> {
   if (storeOf(config.databaseUrl) === 'firestore') {
-    throw new CliError(`${config.sources.databaseUrl ?? 'the database URL'} is a Firestore URL: txbox inbox does not run on Firestore yet; the Firestore inbox needs no migration (FirestoreInboxStore writes its documents as it goes) and FirestoreInboxAdmin of txbox/firestore lists and retries its dead and held events`);
+    const { printFirestoreInbox } = await import('./firestore-print.ts');
+    return printFirestoreInbox(tableFlag);
   }
+  const table = tableFlag ?? 'inbox';
   if (storeOf(config.databaseUrl) === 'mysql') {
     const { printMysqlInbox } = await import('./mysql-backend.ts');
     return printMysqlInbox(table);

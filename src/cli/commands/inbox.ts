@@ -32,6 +32,9 @@ prune    deletes processed rows older than DURATION, N rows per statement
 
 On MySQL or MariaDB (a mysql:// or mariadb:// database URL) the inbox tables
 live in the URL's database; migrate takes the same GET_LOCK as txbox migrate.
+On Firestore (a firestore:// URL) only migrate --print runs: it writes the
+inbox collection's firestore.indexes.json (--inbox-table names the
+collection, default txbox_inbox); FirestoreInboxAdmin does the rest.
 
 Options:
   --inbox-table NAME   inbox table (default inbox), in --schema (PostgreSQL)
@@ -55,7 +58,7 @@ Options:
     const table = typeof flags['inbox-table'] === 'string' ? flags['inbox-table'] : 'inbox';
     refusePostgresOnly(config, ['schema']);
     if (action === 'migrate' && flags.print) {
-      out(await printInboxMigrationsFor(config, table));
+      out(await printInboxMigrationsFor(config, typeof flags['inbox-table'] === 'string' ? flags['inbox-table'] : undefined));
       return 0;
     }
     if (!action || !['migrate', 'status', 'dead', 'held', 'prune'].includes(action)) throw new CliError('inbox: choose migrate, status, dead, held or prune (see txbox inbox --help)');
@@ -72,7 +75,13 @@ Options:
     }
     const backend = await openBackend(config, logger, false, 'txbox inbox');
     try {
-      if (backend.inbox === undefined) throw new CliError(`txbox inbox: not available on ${backend.store}`);
+      if (backend.inbox === undefined) {
+        throw new CliError(
+          backend.store === 'firestore'
+            ? `${action} does not run on Firestore yet: FirestoreInboxAdmin of txbox/firestore lists, retries and discards dead and held events, counts them (status) and prunes; only migrate --print (the inbox collection's indexes) runs here`
+            : `not available on ${backend.store}`,
+        );
+      }
       const inbox = backend.inbox(table);
       if (action === 'migrate') {
         const applied = await inbox.migrate();

@@ -8,7 +8,7 @@ export { FirestoreOutboxStore, type FirestoreOutboxStoreOptions, type FirestoreT
 export { FirestoreRelayStore, type FirestoreRelayStoreOptions } from './firestore-relay-store.ts';
 export { FirestoreAdmin, type FirestoreParkedEvent, type FirestoreParkedSelector, type FirestoreReplayFilter } from './firestore-admin.ts';
 export { type FirestoreOutboxStatus, type FirestoreDestinationStatus, type FirestoreRelayStatus } from './firestore-status.ts';
-export { firestoreIndexes, gcloudIndexCommands, type FirestoreIndexes, type FirestoreIndex, type FirestoreFieldOverride } from './firestore-indexes.ts';
+export { firestoreIndexes, firestoreInboxIndexes, gcloudIndexCommands, type FirestoreIndexes, type FirestoreIndex, type FirestoreFieldOverride } from './firestore-indexes.ts';
 export { FirestoreInboxStore, envelopeFromFirestore, type FirestoreInboxStoreOptions } from './firestore-inbox-store.ts';
 export { FirestoreInboxAdmin, type DeadEvent, type HeldEvent, type InboxConsumerStatus } from './firestore-inbox-admin.ts';
 export { applyVersioned, type FirestoreVersionedWrite, type VersionedResult } from './firestore-projection.ts';
