@@ -305,8 +305,8 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
   }
 
   async #laneLoop(lane: number): Promise<void> {
-    // The lane's previous batch still being marked (stores with claimWhileMarking only): at most one.
-    const marking: { current: Promise<void> | null } = { current: null };
+    // The lane's published batches still being marked (stores with claimWhileMarking only): see Marking.
+    const marking: Marking = { current: null, queue: [], queued: 0 };
     try {
       await this.#claimLoop(lane, marking);
     } finally {
@@ -314,7 +314,7 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
     }
   }
 
-  async #claimLoop(lane: number, marking: { current: Promise<void> | null }): Promise<void> {
+  async #claimLoop(lane: number, marking: Marking): Promise<void> {
     const { store, batchSize, lanes, pollIntervalMs, minPollIntervalMs, skipParkedDestinations } = this.options;
     const signal = this.#stopClaiming.signal;
     const options = { limit: batchSize, skipParkedDestinations };
@@ -406,17 +406,20 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
           onCall: (transport, called, outcomes, seconds) => this.#metrics?.called(transport, called, outcomes, seconds),
         });
         if (leftByLease > 0) this.emit('leaseEnded', { lane, left: leftByLease });
-        // At most one batch being marked while the lane claims on: the one before this must be marked first.
-        await marking.current;
-        const batch = events;
-        marked = this.#complete(lane, batch, completions, started)
-          .catch((error: unknown) => {
-            this.emit('error', { phase: 'complete', error: error as Error });
-          })
-          .finally(() => {
-            this.#inFlight -= batch.length;
-            this.#leases.markIdle(busy);
-          });
+        const batch: Published = { events, completions, started, busy };
+        if (store.claimWhileMarking === undefined) marked = this.#markAll(lane, [batch]);
+        else {
+          // The lane claims on while its batches are marked, one mark at a time: a batch published during a mark
+          // waits in the queue, and the queue goes in the next mark as one statement, of at most batchSize events
+          // (a batch that would make it larger waits for the marks).
+          while (marking.current !== null && marking.queued + events.length > batchSize) await marking.current;
+          if (marking.current !== null) {
+            marking.queue.push(batch);
+            marking.queued += events.length;
+          }
+          else marking.current = this.#markChain(lane, marking, batch);
+          marked = marking.current;
+        }
       } finally {
         if (marked === undefined) {
           this.#inFlight -= events.length;
@@ -424,12 +427,34 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
         }
       }
       if (store.claimWhileMarking === undefined) await marked;
-      else {
-        const current = marked;
-        marking.current = current;
-        void current.finally(() => {
-          if (marking.current === current) marking.current = null;
-        });
+    }
+  }
+
+  /** Marks `first`, then whatever the lane queued meanwhile, until the queue is empty; then the lane has no mark running. */
+  async #markChain(lane: number, marking: Marking, first: Published): Promise<void> {
+    try {
+      for (let next = [first]; next.length > 0; next = marking.queue.splice(0)) {
+        marking.queued = 0;
+        await this.#markAll(lane, next);
+      }
+    } finally {
+      marking.current = null;
+    }
+  }
+
+  /** One completion statement for `batches` (reported as one batch); their events leave the in-flight count after it. */
+  async #markAll(lane: number, batches: readonly Published[]): Promise<void> {
+    const one = batches.length === 1;
+    const events = one ? batches[0]!.events : batches.flatMap((b) => b.events);
+    const completions = one ? batches[0]!.completions : batches.flatMap((b) => b.completions);
+    try {
+      await this.#complete(lane, events, completions, batches[0]!.started);
+    } catch (error) {
+      this.emit('error', { phase: 'complete', error: error as Error });
+    } finally {
+      for (const b of batches) {
+        this.#inFlight -= b.events.length;
+        this.#leases.markIdle(b.busy);
       }
     }
   }
@@ -483,6 +508,29 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
     if (c.outcome === 'retry') this.emit('retry', { ...base, delayMs: c.delayMs });
     else this.emit('parked', base);
   }
+}
+
+/**
+ * A lane's marks, with claims while marking: `current` runs while the lane
+ * claims and publishes on; batches published meanwhile wait in `queue` and go
+ * in the next mark together (fewer statements when marks are slow). The rows
+ * of every batch in it are still pending in the table, so a claim while
+ * marking leaves them and every later row of their keys out; the ordinary
+ * claim waits for `current` (which ends when the queue is empty).
+ */
+interface Marking {
+  current: Promise<void> | null;
+  readonly queue: Published[];
+  /** Events in `queue`. */
+  queued: number;
+}
+
+/** A published batch waiting for its mark. */
+interface Published {
+  readonly events: readonly StoredEvent[];
+  readonly completions: Completion[];
+  readonly started: number;
+  readonly busy: ReadonlySet<number>;
 }
 
 /** Creates a relay. See `Relay`. */

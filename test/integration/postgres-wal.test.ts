@@ -294,6 +294,55 @@ it('two relays, a slot each, woken by the WAL alone: every event once, per-key o
   }
 });
 
+it('slow marks: the lane claims and publishes on while its batches are marked, and marks those published meanwhile together', async () => {
+  await db.query(`TRUNCATE "${db.schema}".outbox`);
+  const transport = new RecordingTransport();
+  const { store, relay } = walRelay(db.connection, transport);
+  // Each mark takes 300 ms (a slow or busy database): commits 20 ms apart must not wait for the marks before theirs.
+  const marks: number[] = [];
+  const complete = store.complete.bind(store);
+  store.complete = async (relayId, completions) => {
+    marks.push(completions.length);
+    await new Promise((r) => setTimeout(r, 300));
+    return complete(relayId, completions);
+  };
+  await relay.start();
+  try {
+    await waitFor('streaming', async () => (await store.wakeStatus()).mode === 'wal');
+    const committed = new Map<string, string[]>();
+    const committedAt = new Map<string, number>();
+    const publishedAt = new Map<string, number>();
+    const record = transport.publish.bind(transport);
+    transport.publish = async (events, signal) => {
+      for (const e of events) if (!publishedAt.has(e.id)) publishedAt.set(e.id, performance.now());
+      return record(events, signal);
+    };
+    for (let n = 0; n < 60; n++) {
+      const key = `k${n}`;
+      const [id] = await db.transaction((tx) => outbox().enqueue(tx, E({ aggregateId: key, payload: { n } })));
+      committedAt.set(id!, performance.now());
+      committed.set(`A:${key}`, [...(committed.get(`A:${key}`) ?? []), id!]);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const ids = [...committedAt.keys()];
+    await waitFor('every event published and marked', async () => {
+      const rows = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE state = 'published'`);
+      return rows[0]!.n === ids.length;
+    }, 30_000);
+    const report = checkDeliveries(committed, transport.acked);
+    assert.deepEqual([report.lost, report.orderViolations, report.phantom], [0, 0, 0]);
+    // Every event its own key: none waits behind another's mark. A lane that waited for each mark before marking the
+    // next batch published about one batch per 300 ms (median delay 150-200 ms here); this one publishes on.
+    const delays = ids.map((id) => publishedAt.get(id)! - committedAt.get(id)!).sort((a, b) => a - b);
+    const median = delays[Math.floor(delays.length / 2)]!;
+    const detail = `marks ${JSON.stringify(marks)}, publish calls ${JSON.stringify(transport.calls)}, commit to publish ${delays.map(Math.round).join(' ')} ms`;
+    assert.ok(median < 100, `half of the events published within 100 ms of their commit: ${detail}`);
+    assert.ok(marks.length < transport.calls.length / 2, `batches published meanwhile were marked together: ${detail}`);
+  } finally {
+    await relay.stop();
+  }
+});
+
 it('exports the slot lag as gauges while it streams: bytes, and the seconds since the relay last confirmed', async () => {
   const registry = new Registry();
   const store = new PostgresRelayStore({ schema: db.schema, connection: db.connection, wake: 'wal', logger: recordingLogger() });
