@@ -413,11 +413,11 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
           // waits in the queue, and the queue goes in the next mark as one statement, of at most batchSize events
           // (a batch that would make it larger waits for the marks).
           while (marking.current !== null && marking.queued + events.length > batchSize) await marking.current;
-          if (marking.current !== null) {
+          if (marking.current === null) marking.current = this.#markChain(lane, marking, batch);
+          else {
             marking.queue.push(batch);
             marking.queued += events.length;
           }
-          else marking.current = this.#markChain(lane, marking, batch);
           marked = marking.current;
         }
       } finally {
