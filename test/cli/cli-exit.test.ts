@@ -33,7 +33,9 @@ describe('txbox exits when its command is done', () => {
     const started = Date.now();
     const r = await runCli(['--version'], {}, 20_000);
     assert.equal(r.code, 0);
+    // No message: the exit guard did not fire (it waits 10 s after the command and says what is open). The time is
+    // only a check against a hang: starting node took 9.6 and 12.3 s on this machine under the suite's load.
     assert.equal(r.stderr, '');
-    assert.ok(Date.now() - started < 8_000, `took ${Date.now() - started} ms`);
+    assert.ok(Date.now() - started < 20_000, `took ${Date.now() - started} ms`);
   });
 });

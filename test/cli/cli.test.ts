@@ -503,7 +503,13 @@ describe('txbox CLI', { concurrency: true, timeout: 120_000 }, () => {
 
   it('`txbox demo` stops on the first SIGINT with exit 130 and a summary', async () => {
     const demo = startCli(['demo', '--events', '200000']);
-    await waitFor('the demo is writing', () => /committed [1-9]/.test(demo.stderr()), 60_000);
+    try {
+      await waitFor('the demo is writing', () => /committed [1-9]/.test(demo.stderr()), 60_000);
+    } catch (err) {
+      // Not left running: a 200,000-event demo kept on loading the machine for minutes after this failed once.
+      demo.child.kill('SIGKILL');
+      throw err;
+    }
     demo.child.kill('SIGINT');
     const r = await demo.exited;
     assert.equal(r.code, 130, r.stderr);
