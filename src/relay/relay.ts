@@ -444,11 +444,8 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
 
   /** One completion statement for `batches` (reported as one batch); their events leave the in-flight count after it. */
   async #markAll(lane: number, batches: readonly Published[]): Promise<void> {
-    const one = batches.length === 1;
-    const events = one ? batches[0]!.events : batches.flatMap((b) => b.events);
-    const completions = one ? batches[0]!.completions : batches.flatMap((b) => b.completions);
     try {
-      await this.#complete(lane, events, completions, batches[0]!.started);
+      await this.#complete(lane, batches.flatMap((b) => b.events), batches.flatMap((b) => b.completions), batches[0]!.started);
     } catch (error) {
       this.emit('error', { phase: 'complete', error: error as Error });
     } finally {

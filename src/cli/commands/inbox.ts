@@ -55,10 +55,11 @@ Options:
   },
   async run({ flags, positionals, config, logger, out }) {
     const [action, sub] = positionals;
-    const table = typeof flags['inbox-table'] === 'string' ? flags['inbox-table'] : 'inbox';
+    const tableFlag = typeof flags['inbox-table'] === 'string' ? flags['inbox-table'] : undefined;
+    const table = tableFlag ?? 'inbox';
     refusePostgresOnly(config, ['schema']);
     if (action === 'migrate' && flags.print) {
-      out(await printInboxMigrationsFor(config, typeof flags['inbox-table'] === 'string' ? flags['inbox-table'] : undefined));
+      out(await printInboxMigrationsFor(config, tableFlag));
       return 0;
     }
     if (!action || !['migrate', 'status', 'dead', 'held', 'prune'].includes(action)) throw new CliError('inbox: choose migrate, status, dead, held or prune (see txbox inbox --help)');

@@ -29,7 +29,10 @@ export interface FirestoreIndexes {
 }
 
 /** The outbox's composite indexes, each with the queries it serves (docs/stores/firestore.md#indexes). */
-const OUTBOX_INDEXES: readonly { readonly fields: readonly (readonly [string, Order])[]; readonly serves: string }[] = [
+/** A composite index: its fields in order, and what it serves. */
+type IndexDefinition = { readonly fields: readonly (readonly [string, Order])[]; readonly serves: string };
+
+const OUTBOX_INDEXES: readonly IndexDefinition[] = [
   { fields: [['state', 'ASCENDING'], ['bucket', 'ASCENDING'], ['ts', 'ASCENDING']], serves: 'claims by group of buckets' },
   { fields: [['state', 'ASCENDING'], ['ts', 'ASCENDING']], serves: 'claims over all buckets' },
   { fields: [['state', 'ASCENDING'], ['ts', 'DESCENDING']], serves: 'the wake-up listener' },
@@ -50,7 +53,7 @@ export const INDEX_PURPOSES: readonly string[] = OUTBOX_INDEXES.map((i) => i.ser
  * by id and needs none of these: without them, the redrive, the held events and
  * the admin fail (FAILED_PRECONDITION) while events are still processed.
  */
-const INBOX_INDEXES: readonly { readonly fields: readonly (readonly [string, Order])[]; readonly serves: string }[] = [
+const INBOX_INDEXES: readonly IndexDefinition[] = [
   { fields: [['consumer', 'ASCENDING'], ['status', 'ASCENDING'], ['receivedAt', 'ASCENDING']], serves: "operator retries (redrive); listDead and listHeld of a consumer" },
   { fields: [['consumer', 'ASCENDING'], ['status', 'ASCENDING'], ['type', 'ASCENDING'], ['receivedAt', 'ASCENDING']], serves: 'operator retries of the types the process handles' },
   { fields: [['consumer', 'ASCENDING'], ['status', 'ASCENDING'], ['key', 'ASCENDING']], serves: 'the held events of a batch\'s keys' },
@@ -69,9 +72,14 @@ export const INBOX_INDEX_PURPOSES: readonly string[] = INBOX_INDEXES.map((i) => 
 export function firestoreIndexes(options: FirestoreNamesOptions = {}): FirestoreIndexes {
   const { outbox } = firestoreNames(options);
   return {
-    indexes: OUTBOX_INDEXES.map((i) => ({ collectionGroup: outbox, queryScope: 'COLLECTION', fields: i.fields.map(([fieldPath, order]) => ({ fieldPath, order })) })),
+    indexes: composite(outbox, OUTBOX_INDEXES),
     fieldOverrides: ['payload', 'headers'].map((fieldPath) => ({ collectionGroup: outbox, fieldPath, indexes: [] })),
   };
+}
+
+/** The definitions as `firestore.indexes.json` entries of `collectionGroup`. */
+function composite(collectionGroup: string, definitions: readonly IndexDefinition[]): FirestoreIndex[] {
+  return definitions.map((i) => ({ collectionGroup, queryScope: 'COLLECTION', fields: i.fields.map(([fieldPath, order]) => ({ fieldPath, order })) }));
 }
 
 /**
@@ -82,7 +90,7 @@ export function firestoreIndexes(options: FirestoreNamesOptions = {}): Firestore
 export function firestoreInboxIndexes(options: FirestoreInboxNamesOptions = {}): FirestoreIndexes {
   const { inbox } = firestoreInboxNames(options);
   return {
-    indexes: INBOX_INDEXES.map((i) => ({ collectionGroup: inbox, queryScope: 'COLLECTION', fields: i.fields.map(([fieldPath, order]) => ({ fieldPath, order })) })),
+    indexes: composite(inbox, INBOX_INDEXES),
     fieldOverrides: [{ collectionGroup: inbox, fieldPath: 'envelope', indexes: [] }],
   };
 }

@@ -157,7 +157,7 @@ export function resolveRedisConsumerOptions(options: RedisConsumerOptions): Reso
     count: int('count', options.count, 100, 1, 100_000),
     concurrency: int('concurrency', options.concurrency, 128, 1, 10_000),
     claimIdleMs,
-    claimIntervalMs: Math.max(10, Math.floor(claimIdleMs / 3)),
+    claimIntervalMs: Math.floor(claimIdleMs / 3), // 10 ms at least: claimIdleMs is at least 30
     maxDeliveries: int('maxDeliveries', options.maxDeliveries, 10, 1, 1_000_000),
     stopTimeoutMs: int('stopTimeoutMs', options.stopTimeoutMs, 30_000, 0, 3_600_000),
     commandTimeoutMs,
