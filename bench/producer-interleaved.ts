@@ -28,10 +28,12 @@
  *
  * Settings: BENCH_SLICES (40), BENCH_SLICE_MS (500), BENCH_CLIENTS (4), BENCH_MODES.
  */
+import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import postgres from 'postgres';
 import { fromPostgresJs, type Outbox } from 'txbox';
 import { benchOutbox, createBusinessTables, CUSTOMERS, DATABASE_URL, envInt, fmtInt, log, machine, orderEvent, orderPayload, printTable, processCpuMs, summary, withBench } from './lib.ts';
+import { insertEventsSql } from '../src/stores/postgres/postgres-sql.ts';
 
 /** A whole number with its sign: +12, -3. */
 const signed = (n: number): string => `${n >= 0 ? '+' : ''}${fmtInt(n)}`;
@@ -39,7 +41,7 @@ const SLICES = envInt('BENCH_SLICES', 40);
 const SLICE_MS = envInt('BENCH_SLICE_MS', 500);
 const CLIENTS = envInt('BENCH_CLIENTS', 4);
 
-type Extra = 'notify' | 'no-notify' | 'plain-insert' | undefined;
+type Extra = 'notify' | 'no-notify' | 'plain-insert' | 'outbox-sql' | undefined;
 interface Mode {
   readonly name: string;
   readonly driver: 'pg' | 'postgres.js pipelined';
@@ -54,6 +56,8 @@ const ALL_MODES: readonly Mode[] = [
   { name: 'pjs-pipelined-notify', driver: 'postgres.js pipelined', extra: 'notify', base: 'pjs-pipelined-business', target: 10 },
   { name: 'pjs-pipelined-no-notify', driver: 'postgres.js pipelined', extra: 'no-notify', base: 'pjs-pipelined-business', target: 10 },
   { name: 'pjs-pipelined-plain-insert', driver: 'postgres.js pipelined', extra: 'plain-insert', base: 'pjs-pipelined-business', target: undefined },
+  // The store's one-event INSERT (notify: false) sent by hand, its ten parameters built inline: the outbox row without txbox's code.
+  { name: 'pjs-pipelined-outbox-sql', driver: 'postgres.js pipelined', extra: 'outbox-sql', base: 'pjs-pipelined-business', target: undefined },
   { name: 'business', driver: 'pg', extra: undefined, base: 'business', target: undefined },
   { name: 'notify', driver: 'pg', extra: 'notify', base: 'business', target: 15 },
   { name: 'no-notify', driver: 'pg', extra: 'no-notify', base: 'business', target: 15 },
@@ -81,6 +85,7 @@ await withBench('producer_interleaved', async (bench) => {
   const insertOrder = `INSERT INTO ${s}.orders (customer_id, total, status) VALUES ($1, $2, 'placed') RETURNING id`;
   const bumpCustomer = `UPDATE ${s}.customers SET orders = orders + 1, spent = spent + $2 WHERE id = $1`;
   const plainInsert = `INSERT INTO ${s}.plain_events (payload) VALUES ($1::jsonb)`;
+  const outboxInsert = insertEventsSql(bench.names, false, false, true);
   const outboxes: Record<'notify' | 'no-notify', Outbox> = { notify: benchOutbox(bench, true), 'no-notify': benchOutbox(bench, false) };
 
   const sql = postgres(DATABASE_URL, { max: CLIENTS, onnotice: () => {}, connection: { application_name: applicationName } });
@@ -107,6 +112,10 @@ await withBench('producer_interleaved', async (bench) => {
         const statements: Promise<unknown>[] = [tx.unsafe(insertOrder, [customer, total], { prepare: true }), tx.unsafe(bumpCustomer, [customer, total], { prepare: true })];
         if (mode.extra === 'notify' || mode.extra === 'no-notify') statements.push(outboxes[mode.extra].enqueue(fromPostgresJs(tx), orderEvent(id, customer)));
         else if (mode.extra === 'plain-insert') statements.push(tx.unsafe(plainInsert, [orderPayload(id, customer) as never], { prepare: true }));
+        else if (mode.extra === 'outbox-sql') {
+          const values = [randomUUID(), 'OrderPlaced', 'Customer', `c${customer}`, `Customer:c${customer}`, 'orders', JSON.stringify(orderPayload(id, customer)), '{"content-type":"application/json"}', new Date().toISOString(), null];
+          statements.push(tx.unsafe(outboxInsert, values as never[], { prepare: true }));
+        }
         return statements;
       });
       n++;

@@ -39,11 +39,13 @@
  * BENCH_MODES (comma list of mode names, default all), BENCH_EVENTS_PER_TX (1: events per enqueue call,
  * one call per transaction).
  */
+import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import postgres from 'postgres';
 import { fromPostgresJs, type Outbox } from 'txbox';
 import { backendCpuDelta, backendCpuMs, benchOutbox, createBusinessTables, CUSTOMERS, DATABASE_URL, envInt, fmtInt, log, median, orderEvent, orderPayload, percentile, postgresCpuMs, printTable, resetOutbox, summary, withBench, type Bench } from './lib.ts';
 import { startRelayWorker } from './relay-process.ts';
+import { insertEventsSql } from '../src/stores/postgres/postgres-sql.ts';
 
 /** A whole number with its sign: +12, -3. */
 const signed = (n: number): string => `${n >= 0 ? '+' : ''}${fmtInt(n)}`;
@@ -61,7 +63,7 @@ interface Mode {
   readonly listener?: boolean;
   readonly relay?: boolean;
   /** Diagnostics: what a comparable extra step costs without txbox. */
-  readonly extra?: 'roundtrip' | 'plain-insert';
+  readonly extra?: 'roundtrip' | 'plain-insert' | 'outbox-sql';
   /** The client: node-postgres (default) or postgres.js, awaited statement by statement or pipelined. */
   readonly driver?: 'postgres.js' | 'postgres.js pipelined';
   /** The business-only mode its slowdown is taken against. Default: business. */
@@ -91,6 +93,29 @@ const ALL_MODES: readonly Mode[] = [
     extra: 'plain-insert',
     base: 'pjs-pipelined-business',
     what: 'diagnostic (the ceiling): (e) + pipelined INSERT of the same payload into a jsonb table with only a PK',
+  },
+  {
+    name: 'pjs-pipelined-outbox-sql',
+    driver: 'postgres.js pipelined',
+    extra: 'outbox-sql',
+    base: 'pjs-pipelined-business',
+    what: "diagnostic: (e) + the store's one-event INSERT (notify: false) sent by hand, its ten parameters built inline: the outbox row without txbox's code",
+  },
+  {
+    name: 'pjs-pipelined-no-notify-no-open-key-idx',
+    driver: 'postgres.js pipelined',
+    notify: false,
+    withoutIndex: '_open_key_idx',
+    base: 'pjs-pipelined-business',
+    what: 'diagnostic: pjs-pipelined-no-notify without the index of open rows by key',
+  },
+  {
+    name: 'pjs-pipelined-no-notify-no-claim-idx',
+    driver: 'postgres.js pipelined',
+    notify: false,
+    withoutIndex: '_claim_idx',
+    base: 'pjs-pipelined-business',
+    what: 'diagnostic: pjs-pipelined-no-notify without the claim index',
   },
 ];
 /** The issue's slowdown target for a mode: 10% pipelined, 15% awaited; none for diagnostics (`extra`). */
@@ -142,7 +167,7 @@ async function runPostgresJs(
   sql: postgres.Sql,
   mode: Mode,
   outbox: Outbox | undefined,
-  run: { insertOrder: string; bumpCustomer: string; plainInsert: string; deadline: number; latencies: number[] },
+  run: { insertOrder: string; bumpCustomer: string; plainInsert: string; outboxInsert: string; deadline: number; latencies: number[] },
 ): Promise<{ count: number }> {
   const pipelined = mode.driver === 'postgres.js pipelined';
   let count = 0;
@@ -162,6 +187,10 @@ async function runPostgresJs(
               ...(outbox ? [outbox.enqueue(fromPostgresJs(tx), orderEvent(orderId, customer))] : []),
               // postgres.js serializes the object as the server types the parameter (jsonb), as a user's code would.
               ...(mode.extra === 'plain-insert' ? [tx.unsafe(run.plainInsert, [orderPayload(orderId, customer) as never], { prepare: true })] : []),
+              ...(mode.extra === 'outbox-sql'
+                ? [tx.unsafe(run.outboxInsert, [randomUUID(), 'OrderPlaced', 'Customer', `c${customer}`, `Customer:c${customer}`, 'orders',
+                    JSON.stringify(orderPayload(orderId, customer)), '{"content-type":"application/json"}', new Date().toISOString(), null], { prepare: true })]
+                : []),
             ]);
           } else {
             await sql.begin(async (tx) => {
@@ -228,7 +257,7 @@ async function runModeAsIs(bench: Bench, mode: Mode): Promise<RunResult> {
   const pgBefore = postgresCpuMs();
   const started = performance.now();
   if (sql) {
-    const r = await runPostgresJs(sql, mode, outbox, { insertOrder, bumpCustomer, plainInsert, deadline, latencies });
+    const r = await runPostgresJs(sql, mode, outbox, { insertOrder, bumpCustomer, plainInsert, outboxInsert: insertEventsSql(bench.names, false, false, true), deadline, latencies });
     count = r.count;
   }
   await Promise.all(
