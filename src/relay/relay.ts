@@ -18,6 +18,9 @@ import { noopMetrics } from '../core/metrics.ts';
 import type { HealthReport, HealthSource } from '../core/health.ts';
 
 /** Lifecycle events of a relay; metrics and logs subscribe to them. */
+/** The abort reason of a lane's wait that ended (made once: see #laneWait). */
+const LANE_WAIT_ENDED = new Error('txbox relay: the lane stopped waiting');
+
 export interface RelayEvents {
   /** The transport is connected and the first leases taken: the relay is ready. `buckets`: leases held now (0 while other relays hold them all). */
   started: { readonly relayId: string; readonly buckets: number };
@@ -253,14 +256,15 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
     const wait = new AbortController();
     const stopping = this.#stopClaiming.signal;
     const acquired = this.#acquired.signal;
-    const stop = (): void => wait.abort();
-    if (stopping.aborted) wait.abort();
+    // A reason of its own: abort() without one builds a DOMException, with its stack, at every wait's end.
+    const stop = (): void => wait.abort(LANE_WAIT_ENDED);
+    if (stopping.aborted) stop();
     stopping.addEventListener('abort', stop, { once: true });
     acquired.addEventListener('abort', stop, { once: true });
     return {
       signal: wait.signal,
       end: () => {
-        wait.abort(); // ends the store's wait at once (no poll), if it is still waiting
+        stop(); // ends the store's wait at once (no poll), if it is still waiting
         stopping.removeEventListener('abort', stop);
         acquired.removeEventListener('abort', stop);
       },
@@ -322,7 +326,7 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
     // Empty claims since the last busy one: the wait doubles from minPollIntervalMs up to pollIntervalMs.
     let idle = 0;
     while (!signal.aborted) {
-      const leases = this.#leases.leasesFor(lane, lanes);
+      const { leases, buckets, tokens } = this.#leases.laneLeases(lane, lanes);
       if (leases.length === 0) {
         await marking.current;
         const wait = this.#laneWait();
@@ -332,7 +336,6 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
       }
       let events;
       // A lane waits for its own buckets: the WAL wake mode wakes only the lanes of a commit's buckets.
-      const buckets = leases.map((l) => l.bucket);
       const seen = store.wakeups?.(buckets);
       const claimStarted = performance.now();
       // A claim that runs while the previous batch is being marked leaves out the rows of that batch's
@@ -382,7 +385,6 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
         continue;
       }
       idle = 0;
-      const tokens = new Map(leases.map((l) => [l.bucket, l.token]));
       const busy = new Set(events.map((e) => e.bucket));
       const started = performance.now();
       this.#leases.markBusy(busy);

@@ -87,6 +87,47 @@ for (const kind of BACKENDS) {
       assert.deepEqual(delays, [...Array(8).fill(INTERVAL / 4), INTERVAL, INTERVAL]);
     });
 
+    it("a lane's leases are one object until they change: a hand-over, a release at a batch's end, or their deadline makes new ones", async () => {
+      await reset();
+      const a = keeper('a');
+      await a.tick(stats);
+      const first = a.laneLeases(0, 2);
+      assert.equal(a.laneLeases(0, 2), first, 'the same object while nothing changed (no arrays per claim)');
+      assert.equal(a.leasesFor(0, 2), first.leases);
+      assert.equal(first.leases.length, 128);
+      assert.ok(first.buckets.every((b, i) => b % 2 === 0 && b === first.leases[i]!.bucket));
+      assert.deepEqual([...first.tokens.entries()], first.leases.map((l) => [l.bucket, l.token]));
+      await a.tick(stats);
+      const renewed = a.laneLeases(0, 2);
+      assert.notEqual(renewed, first, 'a tick renews: new deadlines, a new view');
+      const sorted = (xs: readonly number[]): number[] => [...xs].sort((x, y) => x - y);
+      assert.deepEqual(sorted(renewed.buckets), sorted(first.buckets));
+      assert.notEqual(a.laneLeases(1, 2), renewed);
+      assert.equal(a.laneLeases(0, 3).buckets.every((b) => b % 3 === 0), true, 'another lane count: its own view');
+
+      // b joins; a goes over its share while a batch of every bucket is in flight, then releases as the batch ends.
+      const b = keeper('b');
+      await b.tick(stats);
+      const all = Array.from({ length: 256 }, (_, i) => i);
+      a.markBusy(all);
+      await a.tick(stats);
+      const busyView = a.laneLeases(0, 2);
+      assert.equal(busyView.leases.length, 128, 'nothing released mid-batch');
+      a.markIdle(all);
+      const after = a.laneLeases(0, 2);
+      assert.notEqual(after, busyView, 'the release at the batch end changed the leases');
+      assert.equal(after.leases.length + a.laneLeases(1, 2).leases.length, 128);
+
+      // Leases that run out by the local clock leave the view without any tick.
+      const short = new LeaseKeeper(new PostgresRelayStore({ schema: db.schema, connection: db.connection }), 'c', 300);
+      await reset();
+      await short.tick(stats);
+      const held = short.laneLeases(0, 2);
+      assert.equal(held.leases.length, 128);
+      await new Promise((r) => setTimeout(r, 300));
+      assert.equal(short.laneLeases(0, 2).leases.length, 0, 'past their local deadline: no lease left');
+    });
+
     it("a crashed relay's buckets: the survivor ticks just after they run out, and then takes them all", async () => {
       await reset();
       const a = keeper('a');

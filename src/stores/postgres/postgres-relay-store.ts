@@ -135,6 +135,13 @@ const UNPARSED: unique symbol = Symbol('unparsed');
  * spread or a second closure variable: it runs once per event on the relay's
  * hot path, and the spread form cost about half of it again.
  */
+/** Whether `items` still has the buckets `cached` was made from, in order. */
+function sameBuckets<T>(cached: readonly number[], items: readonly T[], bucketOf: (item: T) => number): boolean {
+  if (cached.length !== items.length) return false;
+  for (let i = 0; i < items.length; i++) if (bucketOf(items[i]!) !== cached[i]) return false;
+  return true;
+}
+
 export function rowToEvent(r: EventRow): StoredEvent {
   const json = r.payload;
   let parsed: unknown = UNPARSED;
@@ -216,6 +223,14 @@ export class PostgresRelayStore implements RelayStore {
   readonly #listed = new Uint8Array(256);
   readonly #leasers = new Set<string>();
   readonly #wal: PostgresWalWake | undefined;
+  /**
+   * A lane's buckets, as a list and as the claims' smallint[] parameter, and as a 256-entry mask for its
+   * waits: made once per leases array (the relay passes the same one until its leases change), not at
+   * every claim and wait. Looked up by identity and checked element by element (another caller may
+   * change its array between calls).
+   */
+  readonly #buckets = new WeakMap<readonly BucketLease[], { readonly buckets: readonly number[]; readonly param: string }>();
+  readonly #interest = new WeakMap<readonly number[], { readonly buckets: readonly number[]; readonly mask: Uint8Array }>();
   /** Per bucket: a WAL commit woke the relay and no claim of that bucket has returned rows since. */
   readonly #recheck = new Uint8Array(256);
   /** WAL mode: the announced rows a lane may claim by seq (undefined: ordinary claims only). */
@@ -363,14 +378,14 @@ export class PostgresRelayStore implements RelayStore {
       this.#releasedHeldAt = now;
       if ((await this.releaseHeld()) > 0) this.#targets?.forgetAll();
     }
-    const buckets = leases.map((l) => l.bucket);
+    const { buckets, param } = this.#bucketsOf(leases);
     // WAL mode, streaming: claim only the rows commits announced when nothing else can be waiting (postgres-wal-targets.ts).
     const targets = this.#wal?.streaming ? this.#targets : undefined;
     const announced = await this.#claimAnnounced(leases, options, now);
     // Nothing to publish, and only the ordinary claim can tell what holds the rows back: run it now, not after a wait.
     if (announced !== null) return announced;
     this.#stats.ordinary++;
-    const { rows } = await this.#db.query<EventRow>(this.#sql.claim, [buckets, options.limit, options.skipParkedDestinations], this.#names.claim);
+    const { rows } = await this.#db.query<EventRow>(this.#sql.claim, [param, options.limit, options.skipParkedDestinations], this.#names.claim);
     const events = rows.map(rowToEvent);
     targets?.afterFull(leases, events, options.limit, now);
     if (rows.length > 0) for (const b of buckets) this.#recheck[b] = 0;
@@ -406,10 +421,10 @@ export class PostgresRelayStore implements RelayStore {
       return [];
     }
     this.#stats.bySeq++;
-    const buckets = leases.map((l) => l.bucket);
+    const { buckets, param } = this.#bucketsOf(leases);
     let rows: EventRow[];
     try {
-      ({ rows } = await this.#db.query<EventRow>(this.#sql.claimSeqs, [plan.seqs, buckets, options.limit, options.skipParkedDestinations], this.#names.claimSeqs));
+      ({ rows } = await this.#db.query<EventRow>(this.#sql.claimSeqs, [plan.seqs, param, options.limit, options.skipParkedDestinations], this.#names.claimSeqs));
     } catch (err) {
       targets!.forget(buckets);
       if ((err as { code?: unknown }).code !== '42883') throw err;
@@ -422,6 +437,16 @@ export class PostgresRelayStore implements RelayStore {
     const ordinaryNext = targets!.afterSeqs(leases, plan, events, options.limit, now);
     if (rows.length > 0) for (const b of buckets) this.#recheck[b] = 0;
     return events.length > 0 || !ordinaryNext ? events : null;
+  }
+
+  #bucketsOf(leases: readonly BucketLease[]): { readonly buckets: readonly number[]; readonly param: string } {
+    let entry = this.#buckets.get(leases);
+    if (entry === undefined || !sameBuckets(entry.buckets, leases, (l) => l.bucket)) {
+      const buckets = leases.map((l) => l.bucket);
+      entry = { buckets, param: `{${buckets.join(',')}}` };
+      this.#buckets.set(leases, entry);
+    }
+    return entry;
   }
 
   /** How the claims ran so far (diagnostics: bench/wal.ts, tests). */
@@ -616,11 +641,14 @@ export class PostgresRelayStore implements RelayStore {
     }
     let interest: Uint8Array | null = null;
     if (buckets !== undefined) {
-      interest = new Uint8Array(256);
-      for (const b of buckets) {
-        interest[b] = 1;
-        this.#listed[b] = 1;
+      const cached = this.#interest.get(buckets);
+      if (cached !== undefined && sameBuckets(cached.buckets, buckets, (b) => b)) interest = cached.mask;
+      else {
+        interest = new Uint8Array(256);
+        for (const b of buckets) interest[b] = 1;
+        this.#interest.set(buckets, { buckets: [...buckets], mask: interest });
       }
+      for (const b of buckets) this.#listed[b] = 1;
     }
     await new Promise<void>((resolve) => {
       const done = (): void => {
