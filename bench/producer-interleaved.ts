@@ -15,6 +15,7 @@
  *   pjs-pipelined-notify       + enqueue (fromPostgresJs) pipelined with them, notify: true
  *   pjs-pipelined-no-notify    + enqueue pipelined, notify: false (producers of the WAL wake mode)
  *   pjs-pipelined-plain-insert + the same payload pipelined into a primary-key-only jsonb table (the ceiling)
+ *   pjs-pipelined-outbox-sql   + the store's one-event INSERT sent by hand (the outbox row without txbox's code)
  *   business, notify, no-notify, plain-insert: the same with node-postgres, each statement awaited
  * Default: the four postgres.js modes.
  *
