@@ -17,10 +17,10 @@ import { defaultMetrics } from '../metrics/otel/otel-metrics.ts';
 import { noopMetrics } from '../core/metrics.ts';
 import type { HealthReport, HealthSource } from '../core/health.ts';
 
-/** Lifecycle events of a relay; metrics and logs subscribe to them. */
 /** The abort reason of a lane's wait that ended (made once: see #laneWait). */
 const LANE_WAIT_ENDED = new Error('txbox relay: the lane stopped waiting');
 
+/** Lifecycle events of a relay; metrics and logs subscribe to them. */
 export interface RelayEvents {
   /** The transport is connected and the first leases taken: the relay is ready. `buckets`: leases held now (0 while other relays hold them all). */
   started: { readonly relayId: string; readonly buckets: number };

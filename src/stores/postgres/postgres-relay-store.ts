@@ -130,11 +130,6 @@ interface EventRow {
 /** `payload` not parsed yet (a payload may parse to any value, undefined aside). */
 const UNPARSED: unique symbol = Symbol('unparsed');
 
-/**
- * One claimed row as a StoredEvent. Built as one object literal, without a
- * spread or a second closure variable: it runs once per event on the relay's
- * hot path, and the spread form cost about half of it again.
- */
 /** Whether `items` still has the buckets `cached` was made from, in order. */
 function sameBuckets<T>(cached: readonly number[], items: readonly T[], bucketOf: (item: T) => number): boolean {
   if (cached.length !== items.length) return false;
@@ -142,6 +137,11 @@ function sameBuckets<T>(cached: readonly number[], items: readonly T[], bucketOf
   return true;
 }
 
+/**
+ * One claimed row as a StoredEvent. Built as one object literal, without a
+ * spread or a second closure variable: it runs once per event on the relay's
+ * hot path, and the spread form cost about half of it again.
+ */
 export function rowToEvent(r: EventRow): StoredEvent {
   const json = r.payload;
   let parsed: unknown = UNPARSED;
