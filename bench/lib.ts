@@ -65,6 +65,16 @@ export function orderEvent(i: number, customer: number): NewEvent<OrderPayload, 
   return OrderPlaced({ aggregateId: `c${customer}`, payload: orderPayload(i, customer), headers: { 'content-type': 'application/json' } });
 }
 
+/**
+ * The ten parameters of the outbox store's one-event INSERT (`insertEventsSql(names, notify, false, true)`)
+ * for the event `orderEvent(i, customer)` makes, built without txbox's `enqueue`: the producer
+ * benchmarks' diagnostic of what the outbox row costs by itself. A UUIDv7 id, as `enqueue` gives.
+ */
+export function outboxRowParams(i: number, customer: number): unknown[] {
+  return [uuidv7(), 'OrderPlaced', 'Order', `c${customer}`, `Order:c${customer}`, 'orders', JSON.stringify(orderPayload(i, customer)),
+    '{"content-type":"application/json"}', new Date().toISOString(), null];
+}
+
 /** A transport whose every publish acks at once: measures the relay and the database, not a broker. */
 export class NoopTransport implements Transport {
   readonly name = 'noop';

@@ -29,11 +29,10 @@
  *
  * Settings: BENCH_SLICES (40), BENCH_SLICE_MS (500), BENCH_CLIENTS (4), BENCH_MODES.
  */
-import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import postgres from 'postgres';
 import { fromPostgresJs, type Outbox } from 'txbox';
-import { benchOutbox, createBusinessTables, CUSTOMERS, DATABASE_URL, envInt, fmtInt, log, machine, orderEvent, orderPayload, printTable, processCpuMs, summary, withBench } from './lib.ts';
+import { benchOutbox, createBusinessTables, CUSTOMERS, DATABASE_URL, envInt, fmtInt, log, machine, orderEvent, orderPayload, outboxRowParams, printTable, processCpuMs, summary, withBench } from './lib.ts';
 import { insertEventsSql } from '../src/stores/postgres/postgres-sql.ts';
 
 /** A whole number with its sign: +12, -3. */
@@ -113,10 +112,7 @@ await withBench('producer_interleaved', async (bench) => {
         const statements: Promise<unknown>[] = [tx.unsafe(insertOrder, [customer, total], { prepare: true }), tx.unsafe(bumpCustomer, [customer, total], { prepare: true })];
         if (mode.extra === 'notify' || mode.extra === 'no-notify') statements.push(outboxes[mode.extra].enqueue(fromPostgresJs(tx), orderEvent(id, customer)));
         else if (mode.extra === 'plain-insert') statements.push(tx.unsafe(plainInsert, [orderPayload(id, customer) as never], { prepare: true }));
-        else if (mode.extra === 'outbox-sql') {
-          const values = [randomUUID(), 'OrderPlaced', 'Customer', `c${customer}`, `Customer:c${customer}`, 'orders', JSON.stringify(orderPayload(id, customer)), '{"content-type":"application/json"}', new Date().toISOString(), null];
-          statements.push(tx.unsafe(outboxInsert, values as never[], { prepare: true }));
-        }
+        else if (mode.extra === 'outbox-sql') statements.push(tx.unsafe(outboxInsert, outboxRowParams(id, customer) as never[], { prepare: true }));
         return statements;
       });
       n++;

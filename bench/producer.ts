@@ -40,11 +40,10 @@
  * diagnostics, which run only when named), BENCH_EVENTS_PER_TX (1: events per enqueue call,
  * one call per transaction).
  */
-import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import postgres from 'postgres';
 import { fromPostgresJs, type Outbox } from 'txbox';
-import { backendCpuDelta, backendCpuMs, benchOutbox, createBusinessTables, CUSTOMERS, DATABASE_URL, envInt, fmtInt, log, median, orderEvent, orderPayload, percentile, postgresCpuMs, printTable, resetOutbox, summary, withBench, type Bench } from './lib.ts';
+import { backendCpuDelta, backendCpuMs, benchOutbox, createBusinessTables, CUSTOMERS, DATABASE_URL, envInt, fmtInt, log, median, orderEvent, orderPayload, outboxRowParams, percentile, postgresCpuMs, printTable, resetOutbox, summary, withBench, type Bench } from './lib.ts';
 import { startRelayWorker } from './relay-process.ts';
 import { insertEventsSql } from '../src/stores/postgres/postgres-sql.ts';
 
@@ -194,8 +193,7 @@ async function runPostgresJs(
               // postgres.js serializes the object as the server types the parameter (jsonb), as a user's code would.
               ...(mode.extra === 'plain-insert' ? [tx.unsafe(run.plainInsert, [orderPayload(orderId, customer) as never], { prepare: true })] : []),
               ...(mode.extra === 'outbox-sql'
-                ? [tx.unsafe(run.outboxInsert, [randomUUID(), 'OrderPlaced', 'Customer', `c${customer}`, `Customer:c${customer}`, 'orders',
-                    JSON.stringify(orderPayload(orderId, customer)), '{"content-type":"application/json"}', new Date().toISOString(), null], { prepare: true })]
+                ? [tx.unsafe(run.outboxInsert, outboxRowParams(orderId, customer) as never[], { prepare: true })]
                 : []),
             ]);
           } else {
