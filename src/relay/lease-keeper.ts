@@ -168,11 +168,6 @@ export class LeaseKeeper {
     return delay;
   }
 
-  /** Valid leases of one lane's share of buckets (bucket % lanes === lane). */
-  leasesFor(lane: number, lanes: number): readonly BucketLease[] {
-    return this.laneLeases(lane, lanes).leases;
-  }
-
   /** Valid leases of one lane's share of buckets (bucket % lanes === lane), cached until they change (LaneLeases). */
   laneLeases(lane: number, lanes: number): LaneLeases {
     const now = performance.now();

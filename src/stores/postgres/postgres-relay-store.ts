@@ -136,6 +136,8 @@ function sameBuckets<T>(cached: readonly number[], items: readonly T[], bucketOf
   for (let i = 0; i < items.length; i++) if (bucketOf(items[i]!) !== cached[i]) return false;
   return true;
 }
+const leaseBucket = (l: BucketLease): number => l.bucket;
+const itself = (b: number): number => b;
 
 /**
  * One claimed row as a StoredEvent. Built as one object literal, without a
@@ -441,8 +443,8 @@ export class PostgresRelayStore implements RelayStore {
 
   #bucketsOf(leases: readonly BucketLease[]): { readonly buckets: readonly number[]; readonly param: string } {
     let entry = this.#buckets.get(leases);
-    if (entry === undefined || !sameBuckets(entry.buckets, leases, (l) => l.bucket)) {
-      const buckets = leases.map((l) => l.bucket);
+    if (entry === undefined || !sameBuckets(entry.buckets, leases, leaseBucket)) {
+      const buckets = leases.map(leaseBucket);
       entry = { buckets, param: `{${buckets.join(',')}}` };
       this.#buckets.set(leases, entry);
     }
@@ -642,7 +644,7 @@ export class PostgresRelayStore implements RelayStore {
     let interest: Uint8Array | null = null;
     if (buckets !== undefined) {
       const cached = this.#interest.get(buckets);
-      if (cached !== undefined && sameBuckets(cached.buckets, buckets, (b) => b)) interest = cached.mask;
+      if (cached !== undefined && sameBuckets(cached.buckets, buckets, itself)) interest = cached.mask;
       else {
         interest = new Uint8Array(256);
         for (const b of buckets) interest[b] = 1;
