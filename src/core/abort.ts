@@ -1,6 +1,11 @@
 /** Settles with `promise`, or rejects with the signal's reason when `signal` aborts first (a callee that ignores its signal cannot hang the caller). */
 export function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason);
+  if (signal.aborted) {
+    // The promise may still reject (a callee given an aborted signal rejects with it): handled here, as
+    // below, or it is an unhandled rejection, which ends the process.
+    promise.catch(() => {});
+    return Promise.reject(signal.reason);
+  }
   return new Promise<T>((resolve, reject) => {
     const onAbort = (): void => reject(signal.reason);
     signal.addEventListener('abort', onAbort, { once: true });
