@@ -50,7 +50,7 @@ async function drainWithCli(bench: Bench, backlog: Backlog, url: string, receive
   await backlog.restore();
   const start = received();
   const args = ['dist/cli/main.js', 'relay', '--transport', 'http', '--endpoint', `orders=${url}`, '--database-url', DATABASE_URL, '--schema', bench.schema,
-    '--batch-size', String(BATCH), '--lanes', String(LANES), '--keep-published', 'off', '--log-level', 'warn'];
+    '--batch-size', String(BATCH), '--lanes', String(LANES), '--keep-published', 'off', '--unsigned', '--log-level', 'warn'];
   const child = spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'inherit'] });
   const started = performance.now();
   let rssMax = 0;

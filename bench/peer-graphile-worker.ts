@@ -33,7 +33,12 @@
  * from other work on the machine land in the PostgreSQL and machine columns.
  *
  * Targets (issue 16): HTTP and NATS drains at least 2x graphile-worker's in
- * the same run; the table prints each next to the ratio.
+ * the same run; the table prints each next to the ratio, with the ceilings of
+ * the same round: the transport alone (in this process, and in a fresh one),
+ * and for every drain the bare outbox (bench/bare-outbox-process.ts: the
+ * store's claim statement, the publish and a bare UPDATE in a plain loop, none
+ * of the relay's logic), which is what txbox's relay would reach if its
+ * logic cost nothing.
  *
  * Settings: BENCH_ROUNDS (3), BENCH_PARTS (drain,latency,producer), BENCH_PEER_SINKS (noop,http,nats: which drains),
  * BENCH_PEER_WAKES (notify,wal: txbox's wake modes in the latency part, each beside graphile-worker's run of the same round),
@@ -55,6 +60,7 @@ import { graphileOptions, type EventJob, type GraphileWorkerConfig, type Graphil
 import type { ReceiverMessage } from './receiver-process.ts';
 import type { CpuWindow } from './cpu-window.ts';
 import type { TransportAloneConfig, TransportAloneMessage } from './transport-alone-process.ts';
+import type { BareOutboxConfig, BareOutboxMessage } from './bare-outbox-process.ts';
 
 const NOOP_EVENTS = envInt('BENCH_PEER_NOOP_EVENTS', 50_000);
 const HTTP_EVENTS = envInt('BENCH_PEER_HTTP_EVENTS', 20_000);
@@ -183,6 +189,27 @@ async function coldTransportRate(n: number, sink: Sink): Promise<{ rate: number;
   });
   if (m.type === 'error') throw new Error(`transport-alone process failed: ${m.message}`);
   return { rate: m.rate, cpuUs: (m.cpuMs * 1000) / n, cpuUsPerDrain: m.cpuMsPerDrain.map((ms) => (ms * 1000) / n) };
+}
+
+const BARE_WORKER = fileURLToPath(new URL('./bare-outbox-process.ts', import.meta.url));
+
+/**
+ * The outbox ceiling: the bare outbox (bench/bare-outbox-process.ts) drains the same backlog in a fresh
+ * process, two loops (half of the buckets each) of the store's claim, the publish and an UPDATE of the
+ * acked rows per 500 events, with the same transport and the relay's reading of rows, none of the relay's
+ * logic: what txbox's relay would reach if its logic cost nothing, with its CPU split.
+ */
+async function bareOutboxDrain(bench: Bench, backlog: Backlog, n: number, sink: Sink): Promise<DrainResult> {
+  await backlog.restore(n);
+  const child = fork(BARE_WORKER, [], { execArgv: TSX, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  child.send({ sink, schema: bench.schema, expect: n, lanes: 2, batch: 500 } satisfies BareOutboxConfig);
+  const m = await new Promise<BareOutboxMessage>((resolve, reject) => {
+    child.once('message', resolve);
+    child.once('exit', (code) => reject(new Error(`bare outbox process exited with ${String(code)} before reporting`)));
+  });
+  if (m.type === 'error') throw new Error(`bare outbox process failed: ${m.message}`);
+  if (m.unacked > 0) log(`  bare outbox: ${m.unacked} events not acked (left pending, claimed again)`);
+  return { rate: perSec(m.published, m.ms), rss: m.rssMax, n: m.published, cpuMs: m.cpuMs, window: m.cpuWindow };
 }
 
 interface CpuPerEvent {
@@ -387,6 +414,8 @@ interface Row {
   readonly raw: number[];
   /** The same in a fresh process (coldTransportRate), per round: the ceiling of a drain that starts its process. */
   readonly cold: number[];
+  /** The bare outbox (bareOutboxDrain), per round: the ceiling of a one-process outbox in PostgreSQL. */
+  readonly bare: number[];
 }
 
 await withBench('peer', async (bench) => {
@@ -395,7 +424,7 @@ await withBench('peer', async (bench) => {
   const gw = await GraphileSchema.create(bench);
   const rows: Row[] = [];
   const row = (what: string, unit: string, lower = false, target?: number): Row => {
-    const r: Row = { what, unit, txbox: [], gw: [], raw: [], cold: [], lower, ...(target === undefined ? {} : { target }) };
+    const r: Row = { what, unit, txbox: [], gw: [], raw: [], cold: [], bare: [], lower, ...(target === undefined ? {} : { target }) };
     rows.push(r);
     return r;
   };
@@ -429,6 +458,10 @@ await withBench('peer', async (bench) => {
               s.row.cold.push(cold.rate);
               log(`round ${round} ${s.row.what}: the transport alone in a fresh process, no database ${fmtInt(cold.rate)} events/s, its CPU ${cold.cpuUs.toFixed(0)} µs per event (the cold ceiling)${cold.cpuUsPerDrain.length > 1 ? `; the same process's drains 1-${cold.cpuUsPerDrain.length}: ${cold.cpuUsPerDrain.map((us) => us.toFixed(1)).join(' / ')} µs per event` : ''}; ${machine()}`);
             }
+            const bareSink = await s.sink();
+            const bare = await measuredDrain(s.receiver, () => bareOutboxDrain(bench, backlog, s.n, bareSink));
+            s.row.bare.push(bare.rate);
+            log(`round ${round} ${s.row.what}: the bare outbox (the store's claim, publish, UPDATE; no relay logic) ${fmtInt(bare.rate)} events/s, max RSS ${mb(bare.rss)} MB; ${fmtCpu(bare.cpu)}; ${machine()}`);
           }
         }
       } finally {
@@ -510,6 +543,15 @@ await withBench('peer', async (bench) => {
       ceilings.map((r) => [r.what, r.cold.map((x) => fmtInt(x)).join(' / '), r.cold.map((x, i) => `${(x / r.gw[i]!).toFixed(2)}x`).join(' / '), r.cold.map((x, i) => `${((r.txbox[i] ?? 0) / x).toFixed(2)}`).join(' / ')]),
     );
   }
+  const bares = rows.filter((r) => r.bare.length > 0);
+  if (bares.length > 0) {
+    console.log("\nThe outbox ceiling: the bare outbox (the store's claim statement, the publish, an UPDATE of the acked rows per 500 events; two loops in a fresh process, half of the buckets each; none of the relay's logic) against graphile-worker and txbox in the same round:");
+    printTable(
+      ['measure', 'bare outbox', 'its / graphile-worker (per round)', 'txbox / it (per round)'],
+      bares.map((r) => [r.what, r.bare.map((x) => fmtInt(x)).join(' / '), r.bare.map((x, i) => `${(x / r.gw[i]!).toFixed(2)}x`).join(' / '), r.bare.map((x, i) => `${((r.txbox[i] ?? 0) / x).toFixed(2)}`).join(' / ')]),
+    );
+  }
+  for (const r of bares) summary('peer-graphile-worker', `${r.what}: the bare outbox ${fmtInt(median(r.bare))} events/s, ${(median(r.bare.map((x, i) => x / r.gw[i]!))).toFixed(2)}x graphile-worker (median per round): the outbox ceiling of the ratio; txbox reached ${(median(r.bare.map((x, i) => (r.txbox[i] ?? 0) / x)) * 100).toFixed(0)}% of it`);
   for (const r of ceilings) summary('peer-graphile-worker', `${r.what}: the transport alone in a fresh process ${fmtInt(median(r.cold))} events/s, ${(median(r.cold.map((x, i) => x / r.gw[i]!))).toFixed(2)}x graphile-worker (median per round): the cold ceiling of the ratio; txbox reached ${(median(r.cold.map((x, i) => (r.txbox[i] ?? 0) / x)) * 100).toFixed(0)}% of it`);
   for (const r of ceilings) summary('peer-graphile-worker', `${r.what}: the transport alone ${fmtInt(median(r.raw))} events/s, ${(median(r.raw.map((x, i) => x / r.gw[i]!))).toFixed(2)}x graphile-worker (median per round): the ceiling of the ratio`);
   for (const r of rows) {

@@ -106,7 +106,7 @@ export interface WakeStatus {
   readonly slotConfirmedAgeSeconds: number | null;
 }
 
-interface EventRow {
+export interface EventRow {
   seq: string;
   id: string;
   type: string;
