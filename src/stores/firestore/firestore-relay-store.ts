@@ -1,5 +1,5 @@
 import { FieldPath, FieldValue, Timestamp, type DocumentReference, type DocumentSnapshot, type Firestore, type Query, type QueryDocumentSnapshot, type QuerySnapshot } from '@google-cloud/firestore';
-import type { StoredEvent } from '../../core/envelope.ts';
+import { storedEvent, type StoredEvent } from '../../core/envelope.ts';
 import { ConfigError } from '../../core/errors.ts';
 import type { BucketLease, ClaimOptions, Completion, OutboxGauges, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
 import { BUCKETS, collections, comparePositions, firestoreNames, type FirestoreCollections, type FirestoreNames, type FirestoreNamesOptions, type Position } from './firestore-names.ts';
@@ -464,11 +464,8 @@ export class FirestoreRelayStore implements RelayStore {
 }
 
 function toEvent(d: QueryDocumentSnapshot, seq: number): StoredEvent {
-  const json = d.get('payload') as string;
-  let parsed: unknown;
-  let isParsed = false;
   const version = d.get('version') as number | null | undefined;
-  return {
+  return storedEvent({
     seq,
     id: d.get('id') as string,
     type: d.get('type') as string,
@@ -477,19 +474,12 @@ function toEvent(d: QueryDocumentSnapshot, seq: number): StoredEvent {
     key: d.get('key') as string,
     bucket: Number(d.get('bucket')),
     destination: d.get('destination') as string,
-    payloadJson: json,
-    get payload(): unknown {
-      if (!isParsed) {
-        parsed = JSON.parse(json);
-        isParsed = true;
-      }
-      return parsed;
-    },
+    payloadJson: d.get('payload') as string,
     headers: { ...((d.get('headers') as Record<string, string> | undefined) ?? {}) },
     occurredAt: (d.get('occurredAt') as Timestamp).toDate(),
     version: version === null || version === undefined ? null : Number(version),
     attempts: Number(d.get('attempts') ?? 0),
     routesDone: (d.get('routesDone') as string[] | undefined) ?? [],
     createdAtMs: (d.get('ts') as Timestamp).toMillis(),
-  };
+  });
 }

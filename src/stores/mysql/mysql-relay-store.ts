@@ -1,4 +1,4 @@
-import type { StoredEvent } from '../../core/envelope.ts';
+import { storedEvent, type StoredEvent } from '../../core/envelope.ts';
 import { ConfigError } from '../../core/errors.ts';
 import { millisOption } from '../../core/duration.ts';
 import type { BucketLease, ClaimOptions, Completion, OutboxGauges, RelayHeartbeat, RelayStore } from '../../core/ports.ts';
@@ -44,10 +44,7 @@ interface EventRow {
 }
 
 function rowToEvent(r: EventRow): StoredEvent {
-  const json = r.payload;
-  let parsed: unknown;
-  let isParsed = false;
-  return {
+  return storedEvent({
     seq: Number(r.seq),
     id: r.id,
     type: r.type,
@@ -56,20 +53,13 @@ function rowToEvent(r: EventRow): StoredEvent {
     key: r.key,
     bucket: Number(r.bucket),
     destination: r.destination,
-    payloadJson: json,
-    get payload(): unknown {
-      if (!isParsed) {
-        parsed = JSON.parse(json);
-        isParsed = true;
-      }
-      return parsed;
-    },
+    payloadJson: r.payload,
     headers: JSON.parse(r.headers) as Record<string, string>,
     occurredAt: new Date(r.occurred_at),
     version: r.version === null ? null : Number(r.version),
     attempts: Number(r.attempts),
     routesDone: r.routes_done === null ? [] : (JSON.parse(r.routes_done) as string[]),
-  };
+  });
 }
 
 const marks = (k: number): string => Array.from({ length: k }, () => '?').join(', ');
