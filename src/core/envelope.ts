@@ -72,10 +72,17 @@ export type StoredEventFields = Omit<StoredEvent, 'payload' | 'payloadJson' | 'c
 const PARSED = Symbol('txbox.parsedPayload');
 const UNPARSED = Symbol('txbox.unparsed');
 
-/** The one getter of every stored event's `payload`: parses payloadJson on the first read and keeps it. */
-function lazyPayload(this: { readonly payloadJson: string; [PARSED]: unknown }): unknown {
-  let parsed = this[PARSED];
-  if (parsed === UNPARSED) this[PARSED] = parsed = JSON.parse(this.payloadJson);
+/**
+ * The one getter of every stored event's `payload`: parses payloadJson on the
+ * first read and keeps it in the event's slot. An event frozen by its reader,
+ * or a copy of the accessor without the slot, parses on every read instead
+ * of failing.
+ */
+function lazyPayload(this: { readonly payloadJson: string; [PARSED]?: unknown }): unknown {
+  const slot = this[PARSED];
+  if (slot !== UNPARSED && slot !== undefined) return slot;
+  const parsed: unknown = JSON.parse(this.payloadJson);
+  if (slot === UNPARSED) Reflect.set(this, PARSED, parsed); // false, not thrown, on a frozen event
   return parsed;
 }
 const PAYLOAD_PROPERTY: PropertyDescriptor = { get: lazyPayload, enumerable: true, configurable: true };

@@ -77,6 +77,17 @@ it('a copy through its property descriptors (as the relay tracing makes one with
   assert.deepEqual(e.payload, { total: 12, items: [1, 2] });
 });
 
+it('a frozen event, and a copy of its string-keyed properties only, still read their payload', () => {
+  const frozen = Object.freeze(storedEvent(fields()));
+  assert.deepEqual(frozen.payload, { total: 12, items: [1, 2] });
+  assert.deepEqual(frozen.payload, { total: 12, items: [1, 2] });
+  const e = storedEvent(fields());
+  const copy = {} as typeof e;
+  for (const name of Object.keys(e)) Object.defineProperty(copy, name, Object.getOwnPropertyDescriptor(e, name)!);
+  assert.deepEqual(copy.payload, { total: 12, items: [1, 2] });
+  assert.deepEqual(Object.keys(copy), Object.keys(e));
+});
+
 it("the PostgreSQL store's claimed events are fast-properties objects in V8", () => {
   // %HasFastProperties needs --allow-natives-syntax: a child process of its own.
   const script = `
