@@ -108,7 +108,7 @@ it('migration 009: the claim by seq keeps its generic plan (force_generic_plan w
     await migratePostgres(connection, names, all.filter((m) => m.name < '009'));
     // Version 8 planned the query on every call (PL/pgSQL's plan cache chose custom plans).
     assert.ok(!(await config()).includes('plan_cache_mode=force_generic_plan'));
-    assert.deepEqual(await migratePostgres(connection, names), ['009_claim_seqs_generic_plan.sql']);
+    assert.deepEqual(await migratePostgres(connection, names, all.filter((m) => m.name < '010')), ['009_claim_seqs_generic_plan.sql']);
     assert.deepEqual((await config()).sort(), ['enable_bitmapscan=off', 'enable_seqscan=off', 'plan_cache_mode=force_generic_plan']);
     // The same rows as before: a pending row by seq, and nothing for a published one.
     await pool.query(
@@ -147,5 +147,115 @@ it('the longest table name the stores accept migrates as an outbox and as an inb
   } finally {
     await connection.close();
     await pool.query(`DROP SCHEMA IF EXISTS "${longSchema}" CASCADE`);
+  }
+});
+
+it('migration 010: small batches are marked through the function, with the same results as the statement; an outbox at version 9 is marked by the statement with a warning until migrated', async () => {
+  const upSchema = uniqueSchema('up10');
+  const connection = pgConnection({ connectionString: DATABASE_URL, maxConnections: 3 });
+  const names = postgresNames({ schema: upSchema });
+  const warnings: string[] = [];
+  const logger = { debug() {}, info() {}, error() {}, warn: (_o: object, msg: string) => void warnings.push(msg) };
+  const { PostgresRelayStore } = await import('txbox/postgres');
+  const store = new PostgresRelayStore({ schema: upSchema, connection, logger });
+  const insert = (n: number): Promise<unknown> =>
+    pool.query(
+      `INSERT INTO "${upSchema}".outbox (id, type, aggregate_type, aggregate_id, key, destination, payload)
+       SELECT gen_random_uuid(), 'T', 'A', i::text, 'A:' || i, 'd', '{}' FROM generate_series(1, $1) i`,
+      [n],
+    );
+  const states = async (): Promise<string[]> => (await pool.query<{ state: string }>(`SELECT state FROM "${upSchema}".outbox ORDER BY seq`)).rows.map((r) => r.state);
+  try {
+    await migratePostgres(connection, names, postgresMigrations().filter((m) => m.name < '010'));
+    await insert(3);
+    const leases = await store.lease('r', [], 256, 60_000);
+    const tokenOf = new Map(leases.map((l) => [l.bucket, l.token]));
+    const options = { limit: 10, skipParkedDestinations: [] };
+    let events = await store.claim(leases, options);
+    assert.equal(events.length, 3);
+    // Version 9: no function; the statement marks, once warned.
+    const completions = (outcome: 'published' | 'retry') =>
+      events.map((e) => (outcome === 'published' ? { seq: e.seq, token: tokenOf.get(e.bucket)!, outcome } : { seq: e.seq, token: tokenOf.get(e.bucket)!, outcome, delayMs: 0, error: 'x' }));
+    assert.deepEqual(await store.complete('r', completions('retry')), { applied: 3, rejected: 0 });
+    assert.equal(warnings.filter((w) => /migration 010/.test(w)).length, 1);
+    assert.deepEqual(await migratePostgres(connection, names), ['010_complete_small_batches.sql']);
+    const config = (
+      await pool.query<{ proconfig: string[] }>(
+        `SELECT p.proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 AND p.proname = 'outbox_complete'`,
+        [upSchema],
+      )
+    ).rows[0]!.proconfig;
+    assert.deepEqual([...config].sort(), ['enable_bitmapscan=off', 'enable_seqscan=off', 'plan_cache_mode=force_generic_plan']);
+    // A new store uses the function: a mark by a stale token is fenced, the right one applies.
+    const fresh = new PostgresRelayStore({ schema: upSchema, connection, logger });
+    try {
+      events = await fresh.claim(leases, options);
+      assert.equal(events.length, 3);
+      const stale = events.map((e) => ({ seq: e.seq, token: String(BigInt(tokenOf.get(e.bucket)!) + 1n), outcome: 'published' as const }));
+      assert.deepEqual(await fresh.complete('r', stale), { applied: 0, rejected: 3 });
+      assert.deepEqual(await fresh.complete('r', completions('published')), { applied: 3, rejected: 0 });
+      assert.deepEqual(await states(), ['published', 'published', 'published']);
+      assert.equal(warnings.filter((w) => /migration 010/.test(w)).length, 1, 'no warning once migrated');
+      // The function's own rows and result: a direct call as the store makes it.
+      await insert(1);
+      const [e] = await fresh.claim(leases, options);
+      const { rows } = await pool.query(
+        `SELECT o_applied, o_released FROM "${upSchema}".outbox_complete('r', ARRAY[$1]::bigint[], ARRAY[$2]::bigint[], '{0}', '{0}', '{NULL}', '{""}', false, true)`,
+        [e!.seq, tokenOf.get(e!.bucket)],
+      );
+      assert.deepEqual(rows, [{ o_applied: 1, o_released: 0 }]);
+    } finally {
+      await fresh.close();
+    }
+  } finally {
+    await store.close();
+    await connection.close();
+    await pool.query(`DROP SCHEMA IF EXISTS "${upSchema}" CASCADE`);
+  }
+});
+
+it("migration 010: a relay whose role may not execute the mark function warns once and marks with the statement", async () => {
+  const roleSchema = uniqueSchema('role10');
+  const role = `txbox_norole_${roleSchema.slice(-8)}`;
+  const admin = pgConnection({ connectionString: DATABASE_URL, maxConnections: 2 });
+  const url = new URL(DATABASE_URL);
+  url.username = role;
+  url.password = '';
+  const connection = pgConnection({ connectionString: url.toString(), maxConnections: 2 });
+  const warnings: string[] = [];
+  const logger = { debug() {}, info() {}, error() {}, warn: (_o: object, msg: string) => void warnings.push(msg) };
+  const { PostgresRelayStore } = await import('txbox/postgres');
+  try {
+    await migratePostgres(admin, postgresNames({ schema: roleSchema }));
+    await pool.query(`CREATE ROLE ${role} LOGIN`);
+    await pool.query(`GRANT USAGE ON SCHEMA "${roleSchema}" TO ${role}`);
+    await pool.query(`GRANT SELECT, UPDATE, DELETE ON "${roleSchema}".outbox TO ${role}`);
+    await pool.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON "${roleSchema}".outbox_buckets, "${roleSchema}".outbox_relays TO ${role}`);
+    await pool.query(`GRANT USAGE ON SEQUENCE "${roleSchema}".outbox_fence_seq TO ${role}`);
+    await pool.query(`REVOKE EXECUTE ON FUNCTION "${roleSchema}".outbox_complete FROM PUBLIC`);
+    await pool.query(
+      `INSERT INTO "${roleSchema}".outbox (id, type, aggregate_type, aggregate_id, key, destination, payload)
+       SELECT gen_random_uuid(), 'T', 'A', i::text, 'A:' || i, 'd', '{}' FROM generate_series(1, 2) i`,
+    );
+    const store = new PostgresRelayStore({ schema: roleSchema, connection, logger });
+    try {
+      const leases = await store.lease('r', [], 256, 60_000);
+      const tokenOf = new Map(leases.map((l) => [l.bucket, l.token]));
+      for (let round = 0; round < 2; round++) {
+        const events = await store.claim(leases, { limit: 1, skipParkedDestinations: [] });
+        assert.equal(events.length, 1);
+        assert.deepEqual(await store.complete('r', events.map((e) => ({ seq: e.seq, token: tokenOf.get(e.bucket)!, outcome: 'published' as const }))), { applied: 1, rejected: 0 });
+      }
+      assert.deepEqual(warnings.filter((w) => /may not execute the mark function/.test(w)).length, 1);
+      const { rows } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${roleSchema}".outbox WHERE state = 'published'`);
+      assert.equal(rows[0]!.n, 2);
+    } finally {
+      await store.close();
+    }
+  } finally {
+    await connection.close();
+    await admin.close();
+    await pool.query(`DROP SCHEMA IF EXISTS "${roleSchema}" CASCADE`);
+    await pool.query(`DROP ROLE IF EXISTS ${role}`);
   }
 });

@@ -15,6 +15,7 @@ import { statementName } from './prepared.ts';
 import {
   claimSeqsSql,
   claimSql,
+  completeFnSql,
   completeSql,
   heartbeatSql,
   holdSql,
@@ -128,6 +129,9 @@ export interface EventRow {
 }
 
 
+/** Completions up to this many are marked through migration 010's function (see the constructor). */
+const SMALL_COMPLETE = 64;
+
 /** Whether `items` still has the buckets `cached` was made from, in order. */
 function sameBuckets<T>(cached: readonly number[], items: readonly T[], bucketOf: (item: T) => number): boolean {
   if (cached.length !== items.length) return false;
@@ -184,14 +188,17 @@ export class PostgresRelayStore implements RelayStore {
     claim: string;
     claimSeqs: string;
     complete: string;
+    completeSmall: string;
     hold: string;
     releaseHeld: string;
   };
+  /** Whether small batches are marked through migration 010's function (false once the server says it has none). */
+  #completeFn = true;
   readonly #releaseHeldEveryMs: number;
   /** The destinations whose parked events do not block, as the relay's claims give them. */
   #skip: readonly string[] = [];
   #releasedHeldAt = Number.NEGATIVE_INFINITY;
-  readonly #names: { claim: string; claimSeqs: string };
+  readonly #names: { claim: string; claimSeqs: string; completeSmall: string };
   readonly #waiters = new Set<Waiter>();
   #unlisten: (() => Promise<void>) | undefined;
   #listening: Promise<void> | undefined;
@@ -266,15 +273,19 @@ export class PostgresRelayStore implements RelayStore {
       claim: claimSql(this.names),
       claimSeqs: claimSeqsSql(this.names),
       complete: completeSql(this.names, options.deleteOnPublish ?? false, options.synchronousMarks ?? false),
+      completeSmall: completeFnSql(this.names, options.deleteOnPublish ?? false, options.synchronousMarks ?? false),
       hold: holdSql(this.names),
       releaseHeld: releaseHeldSql(this.names),
     };
     this.#releaseHeldEveryMs = millisOption('releaseHeldEveryMs', options.releaseHeldEveryMs, 30_000, 0);
     // The claim's outer statement (a call of the claim function, which plans its query per
-    // call) runs prepared. The complete statement is planned per call: a generic plan cannot
-    // see the batch size or the table's growth, and drained 20-40% slower (docs/performance-notes.md, finding 7).
-    // The claim by seq (WAL mode) calls a PL/pgSQL function, which keeps its plan for the session.
-    this.#names = { claim: statementName(this.#sql.claim), claimSeqs: statementName(this.#sql.claimSeqs) };
+    // call) runs prepared. The complete statement of a large batch is planned per call: a generic plan
+    // cannot see the batch size or the table's growth, and drained 20-40% slower (docs/performance-notes.md,
+    // finding 7). A small one (at most SMALL_COMPLETE events: low rates, the WAL mode's marks) calls the
+    // same statement in a PL/pgSQL function (migration 010) that keeps an index-only plan for the session:
+    // parsing and planning the statement took longer than running it for a few rows.
+    // The claim by seq (WAL mode) calls a PL/pgSQL function, which keeps its plan for the session too.
+    this.#names = { claim: statementName(this.#sql.claim), claimSeqs: statementName(this.#sql.claimSeqs), completeSmall: statementName(this.#sql.completeSmall) };
   }
 
   async heartbeat(relay: RelayHeartbeat, ttlMs: number) {
@@ -486,7 +497,7 @@ export class PostgresRelayStore implements RelayStore {
     }
     const params = [relayId, seqs, tokens, outcomes, delays, errors, routes];
     const failed = completions.filter((c) => c.outcome !== 'published').map((c) => c.seq);
-    const { applied, released } = (await this.#db.query<{ applied: number; released: number }>(this.#sql.complete, params)).rows[0]!;
+    const { applied, released } = await this.#mark(completions.length, params);
     if (this.#targets !== undefined) {
       // WAL mode: rows released from a hold, and retries or deferrals coming due, are not announced by the stream.
       if (released > 0) this.#targets.forgetAll();
@@ -503,6 +514,28 @@ export class PostgresRelayStore implements RelayStore {
       await this.#db.query(this.#sql.hold, [failed, this.#skip]).catch(() => {});
     }
     return { applied, rejected: completions.length - applied };
+  }
+
+  /** Runs the mark: through migration 010's function for a small batch (until a server says it has none), else the statement. */
+  async #mark(size: number, params: unknown[]): Promise<{ applied: number; released: number }> {
+    if (size <= SMALL_COMPLETE && this.#completeFn) {
+      try {
+        return (await this.#db.query<{ applied: number; released: number }>(this.#sql.completeSmall, params, this.#names.completeSmall)).rows[0]!;
+      } catch (err) {
+        const code = (err as { code?: unknown }).code;
+        if (code !== '42883' && code !== '42501') throw err;
+        // undefined_function: the outbox was not migrated to version 10 yet; insufficient_privilege: the
+        // relay's role may not execute it. The statement, as before it (nothing was marked: the call failed).
+        this.#completeFn = false;
+        this.#logger.warn(
+          { outbox: this.names.outbox, function: this.names.completeFn },
+          code === '42883'
+            ? 'txbox relay: small batches are marked by a function of migration 010, which this outbox lacks; run txbox migrate (marking as before meanwhile)'
+            : "txbox relay: the relay's role may not execute the mark function of migration 010; GRANT EXECUTE on it to the role (marking as before meanwhile)",
+        );
+      }
+    }
+    return (await this.#db.query<{ applied: number; released: number }>(this.#sql.complete, params)).rows[0]!;
   }
 
   /**

@@ -25,6 +25,8 @@ export interface PostgresNames {
   readonly claimFn: string;
   /** Claims announced rows by seq (migration 008, the WAL wake mode). */
   readonly claimSeqsFn: string;
+  /** The mark of a small batch, planned once per session (migration 010). */
+  readonly completeFn: string;
   /** Holds the rows queued behind new blockers (migration 005). */
   readonly holdFn: string;
   /** Releases rows held by rows that no longer block (migration 005). */
@@ -51,6 +53,7 @@ export function postgresNames(options: PostgresNamesOptions = {}, field = ''): P
     fenceSeq: q('_fence_seq'),
     claimFn: q('_claim'),
     claimSeqsFn: q('_claim_seqs'),
+    completeFn: q('_complete'),
     holdFn: q('_hold'),
     releaseHeldFn: q('_release_held'),
     channel: long.length <= 63 ? long : `txbox_${table}`,
@@ -259,6 +262,15 @@ export function completeSql(n: PostgresNames, deleteOnPublish: boolean, synchron
 SELECT (SELECT count(*) FROM published)::int + (SELECT count(*) FROM failed)::int AS applied,
   (SELECT count(*) FROM released)::int AS released${synchronousCommit ? '' : `,
   set_config('synchronous_commit', 'off', true) AS async_commit`}`;
+}
+
+/**
+ * completeSql's statement through the function of migration 010, which keeps
+ * its plan for the session: the same parameters, the same result.
+ */
+export function completeFnSql(n: PostgresNames, deleteOnPublish: boolean, synchronousCommit = true): string {
+  return `SELECT o_applied AS applied, o_released AS released
+  FROM ${n.completeFn}($1::text, $2::bigint[], $3::bigint[], $4::smallint[], $5::integer[], $6::text[], $7::text[], ${deleteOnPublish}, ${!synchronousCommit})`;
 }
 
 /**
