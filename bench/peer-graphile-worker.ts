@@ -147,15 +147,29 @@ async function txboxDrain(bench: Bench, backlog: Backlog, n: number, sink: Sink)
   return { rate: perSec(r.published, r.ms), rss: r.rssMax, n: r.published, cpuMs: r.cpuMs ?? Number.NaN, window: r.cpuWindow };
 }
 
+/**
+ * Runs one of the benchmark's child processes (under tsx): sends it `config` if given, and resolves with
+ * the one message it answers; rejects when that message is an error or the process exits first.
+ */
+async function childResult<M extends { readonly type: string }>(
+  file: string,
+  what: string,
+  options: { readonly config?: unknown; readonly env?: NodeJS.ProcessEnv },
+): Promise<Exclude<M, { readonly type: 'error' }>> {
+  const child = fork(file, [], { execArgv: TSX, ...(options.env === undefined ? {} : { env: options.env }), stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  if (options.config !== undefined) child.send(options.config as object);
+  const m = await new Promise<M>((resolve, reject) => {
+    child.once('message', (message) => resolve(message as M));
+    child.once('exit', (code) => reject(new Error(`${what} process exited with ${String(code)} before reporting`)));
+  });
+  if (m.type === 'error') throw new Error(`${what} process failed: ${(m as unknown as { message: string }).message}`);
+  return m as Exclude<M, { readonly type: 'error' }>;
+}
+
 async function graphileDrain(gw: GraphileSchema, n: number, sink: Sink): Promise<DrainResult> {
   await gw.restore(n);
   const config: GraphileWorkerConfig = { schema: gw.name, expect: n, transport: sink, ...GW };
-  const child = fork(GW_WORKER, [], { execArgv: TSX, env: { ...process.env, BENCH_GW_WORKER: JSON.stringify(config) }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-  const m = await new Promise<GraphileWorkerMessage>((resolve, reject) => {
-    child.once('message', resolve);
-    child.once('exit', (code) => reject(new Error(`graphile-worker process exited with ${String(code)} before reporting`)));
-  });
-  if (m.type === 'error') throw new Error(`graphile-worker process failed: ${m.message}`);
+  const m = await childResult<GraphileWorkerMessage>(GW_WORKER, 'graphile-worker', { env: { ...process.env, BENCH_GW_WORKER: JSON.stringify(config) } });
   if (m.result.failed > 0) log(`  graphile-worker: ${m.result.failed} failed jobs (retried)`);
   return { rate: perSec(m.result.completed, m.result.ms), rss: m.result.rssMax, n: m.result.completed, cpuMs: m.result.cpuMs, window: m.result.cpuWindow };
 }
@@ -181,13 +195,7 @@ const ALONE_WORKER = fileURLToPath(new URL('./transport-alone-process.ts', impor
  * the process's CPU per event (µs).
  */
 async function coldTransportRate(n: number, sink: Sink): Promise<{ rate: number; cpuUs: number; cpuUsPerDrain: number[] }> {
-  const child = fork(ALONE_WORKER, [], { execArgv: TSX, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-  child.send({ sink, n, keys: KEYS, repeat: ALONE_REPEAT } satisfies TransportAloneConfig);
-  const m = await new Promise<TransportAloneMessage>((resolve, reject) => {
-    child.once('message', resolve);
-    child.once('exit', (code) => reject(new Error(`transport-alone process exited with ${String(code)} before reporting`)));
-  });
-  if (m.type === 'error') throw new Error(`transport-alone process failed: ${m.message}`);
+  const m = await childResult<TransportAloneMessage>(ALONE_WORKER, 'transport-alone', { config: { sink, n, keys: KEYS, repeat: ALONE_REPEAT } satisfies TransportAloneConfig });
   return { rate: m.rate, cpuUs: (m.cpuMs * 1000) / n, cpuUsPerDrain: m.cpuMsPerDrain.map((ms) => (ms * 1000) / n) };
 }
 
@@ -201,13 +209,7 @@ const BARE_WORKER = fileURLToPath(new URL('./bare-outbox-process.ts', import.met
  */
 async function bareOutboxDrain(bench: Bench, backlog: Backlog, n: number, sink: Sink): Promise<DrainResult> {
   await backlog.restore(n);
-  const child = fork(BARE_WORKER, [], { execArgv: TSX, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-  child.send({ sink, schema: bench.schema, expect: n, lanes: 2, batch: 500 } satisfies BareOutboxConfig);
-  const m = await new Promise<BareOutboxMessage>((resolve, reject) => {
-    child.once('message', resolve);
-    child.once('exit', (code) => reject(new Error(`bare outbox process exited with ${String(code)} before reporting`)));
-  });
-  if (m.type === 'error') throw new Error(`bare outbox process failed: ${m.message}`);
+  const m = await childResult<BareOutboxMessage>(BARE_WORKER, 'bare outbox', { config: { sink, schema: bench.schema, expect: n, lanes: 2, batch: 500 } satisfies BareOutboxConfig });
   if (m.unacked > 0) log(`  bare outbox: ${m.unacked} events not acked (left pending, claimed again)`);
   return { rate: perSec(m.published, m.ms), rss: m.rssMax, n: m.published, cpuMs: m.cpuMs, window: m.cpuWindow };
 }
