@@ -1,7 +1,8 @@
 import { after, before, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { inboxNames, migrateInbox, migratePostgres, pgConnection, postgresMigrations, postgresNames } from 'txbox/postgres';
+import { inboxNames, migrateInbox, migratePostgres, pgConnection, PostgresRelayStore, postgresMigrations, postgresNames } from 'txbox/postgres';
+import type { Logger } from 'txbox';
 import { DATABASE_URL, uniqueSchema } from '../helpers/databases.ts';
 import { renderMigration, splitStatements } from '../../src/stores/postgres/postgres-migrations.ts';
 import { runCli } from '../helpers/cli.ts';
@@ -16,6 +17,21 @@ after(async () => {
   await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
   await pool.end();
 });
+
+/** A logger that keeps the relay store's warnings. */
+function warningLogger(): { logger: Logger; warnings: string[] } {
+  const warnings: string[] = [];
+  return { warnings, logger: { debug() {}, info() {}, error() {}, warn: (_o: object, msg: string) => void warnings.push(msg) } };
+}
+
+/** `n` pending events of keys A:1..A:n in the outbox of `schema`. */
+function insertEvents(schema: string, n: number): Promise<unknown> {
+  return pool.query(
+    `INSERT INTO "${schema}".outbox (id, type, aggregate_type, aggregate_id, key, destination, payload)
+     SELECT gen_random_uuid(), 'T', 'A', i::text, 'A:' || i, 'd', '{}' FROM generate_series(1, $1) i`,
+    [n],
+  );
+}
 
 it('three `txbox migrate` processes at once apply each migration exactly once', async () => {
   const env = { TXBOX_DATABASE_URL: DATABASE_URL, TXBOX_SCHEMA: schema };
@@ -154,20 +170,12 @@ it('migration 010: small batches are marked through the function, with the same 
   const upSchema = uniqueSchema('up10');
   const connection = pgConnection({ connectionString: DATABASE_URL, maxConnections: 3 });
   const names = postgresNames({ schema: upSchema });
-  const warnings: string[] = [];
-  const logger = { debug() {}, info() {}, error() {}, warn: (_o: object, msg: string) => void warnings.push(msg) };
-  const { PostgresRelayStore } = await import('txbox/postgres');
+  const { logger, warnings } = warningLogger();
   const store = new PostgresRelayStore({ schema: upSchema, connection, logger });
-  const insert = (n: number): Promise<unknown> =>
-    pool.query(
-      `INSERT INTO "${upSchema}".outbox (id, type, aggregate_type, aggregate_id, key, destination, payload)
-       SELECT gen_random_uuid(), 'T', 'A', i::text, 'A:' || i, 'd', '{}' FROM generate_series(1, $1) i`,
-      [n],
-    );
   const states = async (): Promise<string[]> => (await pool.query<{ state: string }>(`SELECT state FROM "${upSchema}".outbox ORDER BY seq`)).rows.map((r) => r.state);
   try {
     await migratePostgres(connection, names, postgresMigrations().filter((m) => m.name < '010'));
-    await insert(3);
+    await insertEvents(upSchema, 3);
     const leases = await store.lease('r', [], 256, 60_000);
     const tokenOf = new Map(leases.map((l) => [l.bucket, l.token]));
     const options = { limit: 10, skipParkedDestinations: [] };
@@ -197,7 +205,7 @@ it('migration 010: small batches are marked through the function, with the same 
       assert.deepEqual(await states(), ['published', 'published', 'published']);
       assert.equal(warnings.filter((w) => /migration 010/.test(w)).length, 1, 'no warning once migrated');
       // The function's own rows and result: a direct call as the store makes it.
-      await insert(1);
+      await insertEvents(upSchema, 1);
       const [e] = await fresh.claim(leases, options);
       const { rows } = await pool.query(
         `SELECT o_applied, o_released FROM "${upSchema}".outbox_complete('r', ARRAY[$1]::bigint[], ARRAY[$2]::bigint[], '{0}', '{0}', '{NULL}', '{""}', false, true)`,
@@ -214,7 +222,7 @@ it('migration 010: small batches are marked through the function, with the same 
   }
 });
 
-it("migration 010: a relay whose role may not execute the mark function warns once and marks with the statement", async () => {
+it('migration 010: a relay whose role may not execute the mark function warns once and marks with the statement', async () => {
   const roleSchema = uniqueSchema('role10');
   const role = `txbox_norole_${roleSchema.slice(-8)}`;
   const admin = pgConnection({ connectionString: DATABASE_URL, maxConnections: 2 });
@@ -222,9 +230,7 @@ it("migration 010: a relay whose role may not execute the mark function warns on
   url.username = role;
   url.password = '';
   const connection = pgConnection({ connectionString: url.toString(), maxConnections: 2 });
-  const warnings: string[] = [];
-  const logger = { debug() {}, info() {}, error() {}, warn: (_o: object, msg: string) => void warnings.push(msg) };
-  const { PostgresRelayStore } = await import('txbox/postgres');
+  const { logger, warnings } = warningLogger();
   try {
     await migratePostgres(admin, postgresNames({ schema: roleSchema }));
     await pool.query(`CREATE ROLE ${role} LOGIN`);
@@ -233,10 +239,7 @@ it("migration 010: a relay whose role may not execute the mark function warns on
     await pool.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON "${roleSchema}".outbox_buckets, "${roleSchema}".outbox_relays TO ${role}`);
     await pool.query(`GRANT USAGE ON SEQUENCE "${roleSchema}".outbox_fence_seq TO ${role}`);
     await pool.query(`REVOKE EXECUTE ON FUNCTION "${roleSchema}".outbox_complete FROM PUBLIC`);
-    await pool.query(
-      `INSERT INTO "${roleSchema}".outbox (id, type, aggregate_type, aggregate_id, key, destination, payload)
-       SELECT gen_random_uuid(), 'T', 'A', i::text, 'A:' || i, 'd', '{}' FROM generate_series(1, 2) i`,
-    );
+    await insertEvents(roleSchema, 2);
     const store = new PostgresRelayStore({ schema: roleSchema, connection, logger });
     try {
       const leases = await store.lease('r', [], 256, 60_000);
