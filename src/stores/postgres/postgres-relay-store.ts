@@ -128,7 +128,6 @@ export interface EventRow {
   created_ms?: number | null;
 }
 
-
 /** Completions up to this many are marked through migration 010's function (see the constructor). */
 const SMALL_COMPLETE = 64;
 
