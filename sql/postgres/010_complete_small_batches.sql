@@ -3,8 +3,8 @@
 -- retried or parked) is planned on every call, as a generic plan made on a
 -- small table can go bad as the table grows (docs/performance-notes.md,
 -- finding 7). For a batch of a few events, parsing and planning that
--- statement took longer than running it: about 1.9 ms a call for one event
--- on this machine, against 0.6 ms with a plan kept for the session. This
+-- statement took longer than running it: 1.3-1.4 ms a call for one event
+-- on this machine, 0.9-1.0 ms through this function (bench/complete-statement.ts). This
 -- function is the same statement (test/unit/postgres-complete-fn.test.ts
 -- keeps the two texts equal), planned once per session with
 -- force_generic_plan; enable_seqscan and enable_bitmapscan off keep the plan
