@@ -90,8 +90,12 @@ function connectClients(n: number): Promise<pg.Client[]> {
  * Also the WAL ceiling: a logical replication stream of its own hears each commit and reads the
  * committed row once at once (the floor of a WAL-woken relay), from the server's commit and from
  * the producer's COMMIT returning (the relays' clock).
+ * With `mark`, the bare outbox of the WAL mode: each row read is then marked published by a bare
+ * `UPDATE ... WHERE seq = $1` (synchronous_commit off, as the relay's marks; on 2 connections of
+ * their own, as the relay marks while it claims), so the machine carries the two statements every
+ * table-backed outbox runs per event, and none of the relay's logic.
  */
-async function latencyCeiling(bench: Bench, rate: number): Promise<{ select: number[]; commit: number[]; wal: number[]; walSelect: number[]; walRead: number[] }> {
+async function latencyCeiling(bench: Bench, rate: number, mark = false): Promise<{ select: number[]; commit: number[]; wal: number[]; walSelect: number[]; walRead: number[] }> {
   await resetOutbox(bench);
   await settle(bench);
   const probe = new pg.Client({ connectionString: DATABASE_URL });
@@ -102,6 +106,10 @@ async function latencyCeiling(bench: Bench, rate: number): Promise<{ select: num
   // once after hearing a commit can beat on this machine under this load.
   const now = (): number => performance.timeOrigin + performance.now();
   const walProbes = await connectClients(2);
+  const markers = mark ? await connectClients(2) : [];
+  for (const c of markers) await c.query('SET synchronous_commit = off');
+  let marked = 0;
+  const markSql = `UPDATE "${bench.schema}".outbox SET state = 'published', done_at = now(), attempts = attempts + 1 WHERE seq = $1 AND state = 'pending'`;
   const wal: number[] = [];
   const walSelect: number[] = [];
   /** When the WAL reader's SELECT returned each event id: against the producer's COMMIT return, as the relays are measured. */
@@ -126,10 +134,12 @@ async function latencyCeiling(bench: Bench, rate: number): Promise<{ select: num
       wal.push(arrived - commit.commitTimeMs);
       const seq = commit.seqs[0];
       if (seq === undefined) return;
-      const q = walProbes[turn++ % 2]!.query<{ id: string }>({ name: 'wal-ceiling-read', text: `SELECT seq, id::text AS id FROM "${bench.schema}".outbox WHERE seq = $1`, values: [seq] }).then((r) => {
+      const lane = turn++ % 2;
+      const q = walProbes[lane]!.query<{ id: string }>({ name: 'wal-ceiling-read', text: `SELECT seq, id::text AS id FROM "${bench.schema}".outbox WHERE seq = $1`, values: [seq] }).then((r) => {
         const at = now();
         walSelect.push(at - commit.commitTimeMs);
         if (r.rows[0]) readAt.set(r.rows[0].id, at);
+        if (mark) return markers[lane]!.query({ name: 'wal-ceiling-mark', text: markSql, values: [seq] }).then((m) => void (marked += m.rowCount ?? 0));
       });
       inFlight.add(q);
       void q.finally(() => inFlight.delete(q));
@@ -139,12 +149,14 @@ async function latencyCeiling(bench: Bench, rate: number): Promise<{ select: num
   const endWal = async (): Promise<void> => {
     await Promise.allSettled([...inFlight]);
     await stream.close();
-    await Promise.all(walProbes.map((c) => c.end()));
+    await Promise.all([...walProbes, ...markers].map((c) => c.end()));
+    if (mark) log(`ceiling ${rate}/s, the bare outbox: ${fmtInt(marked)} of ${fmtInt(walSelect.length)} rows read marked published`);
   };
   const select: number[] = [];
   let running = true;
   const probing = (async () => {
-    while (running) {
+    // The bare outbox carries no probe: its load is the relay's, statement for statement.
+    while (running && !mark) {
       const t = performance.now();
       await probe.query({ name: 'wal-ceiling-probe', text: `SELECT seq, id FROM "${bench.schema}".outbox WHERE seq = $1`, values: [select.length + 1] });
       select.push(performance.now() - t);
@@ -329,6 +341,10 @@ await withBench('wal', async (bench) => {
         latency.push([`ceiling: the same, from COMMIT returned`, String(rate), '-', '-', q(ceiling.walRead, 50), q(ceiling.walRead, 90), q(ceiling.walRead, 99), q(ceiling.walRead, 100)]);
         summary('wal', `ceiling @${rate}/s (no relay): server commit -> heard on a bare WAL stream and one PK SELECT of the row returned p50 ${q(ceiling.walSelect, 50)} ms, p99 ${q(ceiling.walSelect, 99)} ms (heard alone p50 ${q(ceiling.wal, 50)} ms, p99 ${q(ceiling.wal, 99)} ms); from the producer's COMMIT returned, as the relays are measured: p50 ${q(ceiling.walRead, 50)} ms, p99 ${q(ceiling.walRead, 99)} ms`);
         summary('wal', `ceiling @${rate}/s (no relay): a bare primary-key SELECT round trip during the same commits p50 ${q(ceiling.select, 50)} ms, p99 ${q(ceiling.select, 99)} ms; producers' COMMIT p50 ${q(ceiling.commit, 50)} ms, p99 ${q(ceiling.commit, 99)} ms`);
+        const bare = await latencyCeiling(bench, rate, true);
+        log(`ceiling ${rate}/s, the bare outbox (WAL heard, one PK SELECT, then an UPDATE marking the row; no relay logic): from the server's commit to the read p50 ${q(bare.walSelect, 50)} ms, p99 ${q(bare.walSelect, 99)} ms; from the producer's COMMIT returned p50 ${q(bare.walRead, 50)} ms, p99 ${q(bare.walRead, 99)} ms`);
+        latency.push([`ceiling: bare outbox (+ its marks), from COMMIT returned`, String(rate), '-', '-', q(bare.walRead, 50), q(bare.walRead, 90), q(bare.walRead, 99), q(bare.walRead, 100)]);
+        summary('wal', `ceiling @${rate}/s, the bare outbox (WAL heard, one read, one UPDATE per event; no relay logic), from the producer's COMMIT returned: p50 ${q(bare.walRead, 50)} ms, p99 ${q(bare.walRead, 99)} ms`);
         const variants = MARKS.flatMap((marks) => WHILE_MARKING.map((whileMarking) => ({ marks, whileMarking })));
         for (const wake of MODES) {
           for (const { marks, whileMarking } of round % 2 === 0 ? variants : [...variants].reverse()) {
