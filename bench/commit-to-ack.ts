@@ -73,6 +73,11 @@ export interface LatencyResult {
   /** Event-loop delay of this process (producer, relay and receiver share it): p99 and max, ms. */
   readonly loopDelayP99: number;
   readonly loopDelayMax: number;
+  /**
+   * This process's CPU (user + system) from the first commit to the last ack, per event: with the
+   * relay in this process and the producers and receiver in children, the relay's (and the timing's).
+   */
+  readonly cpuUsPerEvent: number;
   readonly batches: number;
 }
 
@@ -185,6 +190,7 @@ export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promi
   }
   const loop = monitorEventLoopDelay({ resolution: 5 });
   loop.enable();
+  const cpuAtStart = process.cpuUsage();
   const perTx = o.eventsPerTx ?? 1;
   const total = o.rate * o.seconds;
   const transactions = Math.ceil(total / perTx);
@@ -235,6 +241,7 @@ export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promi
     }
     // Every event committed (producers that fell behind stop early: fewer than transactions * perTx).
     while (ackedAt.size < committedAt.size && performance.now() < deadline) await sleep(20);
+    const cpu = process.cpuUsage(cpuAtStart);
     await relay.stop();
     const server = receiver?.server;
     if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
@@ -256,6 +263,7 @@ export async function measureCommitToAck(bench: Bench, o: LatencyOptions): Promi
       mean: latencies.reduce((a, b) => a + b, 0) / Math.max(1, latencies.length),
       loopDelayP99: loop.percentile(99) / 1e6,
       loopDelayMax: loop.max / 1e6,
+      cpuUsPerEvent: (cpu.user + cpu.system) / Math.max(1, committedAt.size),
       batches,
     };
   }

@@ -66,6 +66,8 @@ const WHILE_MARKING = (process.env.BENCH_WHILE_MARKING ?? 'on').split(',').filte
 const PRODUCERS_IN_CHILD = process.env.BENCH_PRODUCERS === 'child';
 /** BENCH_LATENCY_ROUNDS: repeats of the latency section (default 1). */
 const LATENCY_ROUNDS = envInt('BENCH_LATENCY_ROUNDS', 1);
+/** BENCH_STAGES=off: the latency section's relay runs without the per-stage timing (bench/wal-stages.ts wraps its store). */
+const STAGES = process.env.BENCH_STAGES !== 'off';
 /** BENCH_LANES: the latency section's relay lanes (0: the relay's default). */
 const LATENCY_LANES = envInt('BENCH_LANES', 0);
 
@@ -349,10 +351,10 @@ await withBench('wal', async (bench) => {
         for (const wake of MODES) {
           for (const { marks, whileMarking } of round % 2 === 0 ? variants : [...variants].reverse()) {
             const mode = [wake, ...(MARKS.length > 1 ? [`${marks} marks`] : []), ...(WHILE_MARKING.length > 1 ? [`claims while marking ${whileMarking}`] : [])].join(', ');
-            const stages = new StageTrace(() => performance.timeOrigin + performance.now(), whileMarking === 'on');
-            const r = await measureCommitToAck(bench, { rate, seconds: SECONDS, clients: 8, keys: KEYS, notify: wake === 'notify', pollIntervalMs: 1000, wake, transport: 'noop', stages, synchronousMarks: marks === 'sync', producersInChild: PRODUCERS_IN_CHILD, ...(LATENCY_LANES > 0 ? { lanes: LATENCY_LANES } : {}) });
-            log(`${mode} ${rate}/s: ${fmtInt(r.acked)}/${fmtInt(r.produced)} acked, p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms, max ${fmtMs(r.max)} ms (target in WAL mode: p50 <= 1.0, p99 <= 5); event-loop delay p99 ${fmtMs(r.loopDelayP99)} ms; stages:`);
-            for (const line of stages.lines()) console.log(line);
+            const stages = STAGES ? new StageTrace(() => performance.timeOrigin + performance.now(), whileMarking === 'on') : undefined;
+            const r = await measureCommitToAck(bench, { rate, seconds: SECONDS, clients: 8, keys: KEYS, notify: wake === 'notify', pollIntervalMs: 1000, wake, transport: 'noop', ...(stages ? { stages } : {}), synchronousMarks: marks === 'sync', producersInChild: PRODUCERS_IN_CHILD, ...(LATENCY_LANES > 0 ? { lanes: LATENCY_LANES } : {}) });
+            log(`${mode} ${rate}/s: ${fmtInt(r.acked)}/${fmtInt(r.produced)} acked, p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms, max ${fmtMs(r.max)} ms (target in WAL mode: p50 <= 1.0, p99 <= 5); event-loop delay p99 ${fmtMs(r.loopDelayP99)} ms; this process's CPU ${r.cpuUsPerEvent.toFixed(0)} µs per event${stages ? '; stages:' : ' (stages not timed)'}`);
+            for (const line of stages?.lines() ?? []) console.log(line);
             latency.push([mode, String(rate), fmtInt(r.achievedRate), `${fmtInt(r.acked)}/${fmtInt(r.produced)}`, fmtMs(r.p50), fmtMs(r.p90), fmtMs(r.p99), fmtMs(r.max)]);
             summary('wal', `${mode} @${rate}/s: commit-to-publish p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms`);
           }
