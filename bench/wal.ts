@@ -29,7 +29,9 @@
  * The cost of slots: with BENCH_SLOTS streams open on the outbox's publication
  * (no relay), unpaced producers for BENCH_PRODUCER_SECONDS; the walsenders' CPU
  * (from /proc) per second and per 1,000 outbox commits, and the time to create
- * a temporary slot and start streaming.
+ * a temporary slot and start streaming. Then, per rate of BENCH_RATES and per
+ * BENCH_SLOTS count, how soon each stream hears a commit (one slot per relay:
+ * does every relay wake at once?), producers paced in a child process.
  */
 import pg from 'pg';
 import { createRelay } from 'txbox';
@@ -308,6 +310,47 @@ async function slotCost(bench: Bench, slots: number): Promise<string[]> {
   }
 }
 
+/**
+ * How soon each of `slots` relays hears a commit: `slots` relay stores in the WAL mode (a slot and a
+ * stream each, no relay above them, all in this process) while producers in a child process commit
+ * single-event transactions at `rate` for SECONDS; per stream, the server's commit time to the
+ * moment the stream handed the commit over (`walTrace`), p50 / p99 / max. In production each relay
+ * has its own process; here the streams also share this process's event loop.
+ */
+async function slotWake(bench: Bench, slots: number, rate: number): Promise<string[]> {
+  await resetOutbox(bench);
+  await settle(bench);
+  const now = (): number => performance.timeOrigin + performance.now();
+  const heard: number[][] = Array.from({ length: slots }, () => []);
+  const stores: PostgresRelayStore[] = [];
+  const idle = new AbortController();
+  try {
+    for (let i = 0; i < slots; i++) {
+      const got = heard[i]!;
+      const store = new PostgresRelayStore({
+        schema: bench.schema,
+        connection: bench.connection,
+        wake: 'wal',
+        walTrace: (commit) => {
+          if (commit.seqs.length > 0) got.push(now() - commit.commitTimeMs);
+        },
+      });
+      stores.push(store);
+      await store.waitForEvents(1, idle.signal);
+      while ((await store.wakeStatus()).mode !== 'wal') await new Promise((r) => setTimeout(r, 5));
+    }
+    const { commits } = await produceInChild({ schema: bench.schema, rate, seconds: SECONDS, clients: 8, keys: KEYS, perTx: 1, notify: false });
+    await new Promise((r) => setTimeout(r, 200));
+    const q = (xs: number[], p: number): string => fmtMs(percentile(xs, p));
+    for (const xs of heard) xs.sort((a, b) => a - b);
+    const each = (p: number): string => heard.map((xs) => q(xs, p)).join(' / ');
+    log(`${slots} slot(s) @${rate}/s: ${fmtInt(commits.length)} commits; heard by each stream ${heard.map((xs) => fmtInt(xs.length)).join(' / ')}; server commit -> heard p50 ${each(50)} ms, p99 ${each(99)} ms, max ${each(100)} ms`);
+    return [String(slots), String(rate), heard.map((xs) => fmtInt(xs.length)).join(' / '), each(50), each(90), each(99), each(100)];
+  } finally {
+    for (const s of stores) await s.close();
+  }
+}
+
 /** Producer tx/s with the mode's relay running in a child process (NOTIFY producers for notify, none for wal). */
 async function producerRate(bench: Bench, wake: 'notify' | 'wal'): Promise<number> {
   await resetOutbox(bench);
@@ -377,6 +420,8 @@ await withBench('wal', async (bench) => {
     }
     const slotRows: string[][] = [];
     for (const n of SECTIONS.has('slots') ? SLOTS : []) slotRows.push(await slotCost(bench, n));
+    const wakeRows: string[][] = [];
+    for (const rate of SECTIONS.has('slots') ? RATES : []) for (const n of SLOTS) wakeRows.push(await slotWake(bench, n, rate));
     const drain: string[][] = [];
     if (SECTIONS.has('drain')) {
       // The floor: a relay process with nothing to claim (empty outbox), for 3 s.
@@ -412,6 +457,7 @@ await withBench('wal', async (bench) => {
     if (drain.length > 0) printTable(['wake', 'node flags', 'drain events/s', 'seconds', 'relay RSS start MB', `relay RSS max MB (target <= ${TARGET.rssMb})`, 'heap used max MB'], drain);
     console.log('');
     if (slotRows.length > 0) printTable(['slots', 'producer tx/s', 'CPU ms/s per walsender', 'CPU ms per 1,000 tx per walsender', 'slot start ms (median)', 'max lag bytes at end'], slotRows);
+    if (wakeRows.length > 0) printTable(['slots', 'rate/s', 'commits heard, per stream', 'server commit -> heard p50 ms, per stream', 'p90', 'p99', 'max'], wakeRows);
   } finally {
     await dropPublication(bench.connection, bench.names).catch(() => {});
   }
