@@ -29,7 +29,7 @@ import { claimSql } from '../src/stores/postgres/postgres-sql.ts';
 import { rowToEvent, type EventRow } from '../src/stores/postgres/postgres-relay-store.ts';
 import { sinkTransport } from './broker-transports.ts';
 import { openCpuWindow, type CpuWindow } from './cpu-window.ts';
-import { DATABASE_URL, MemorySampler, NoopTransport } from './lib.ts';
+import { bareMarkSql, DATABASE_URL, MemorySampler, NoopTransport } from './lib.ts';
 import type { RelayWorkerConfig } from './relay-process.ts';
 
 /** The relay gives each call a signal; the bare loop never aborts. */
@@ -78,7 +78,7 @@ async function drain(config: BareOutboxConfig): Promise<Omit<Extract<BareOutboxM
     text: claimSql(names),
     values: [all.map((b) => b.bucket).filter((b) => b % config.lanes === lane), config.batch, []],
   }));
-  const mark = `UPDATE ${names.outbox} SET state = 'published', done_at = now(), attempts = attempts + 1 WHERE seq = ANY($1::bigint[]) AND state = 'pending'`;
+  const mark = bareMarkSql(names.outbox);
   let published = 0;
   let unacked = 0;
   const memory = new MemorySampler(100);

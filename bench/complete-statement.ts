@@ -13,7 +13,7 @@
  *
  *   node --conditions=txbox-source --import tsx bench/complete-statement.ts
  */
-import { Backlog, DATABASE_URL, envInt, envList, log, withBench } from './lib.ts';
+import { Backlog, bareMarkSql, DATABASE_URL, envInt, envList, log, withBench } from './lib.ts';
 import pg from 'pg';
 import { claimSql, completeFnSql, completeSql } from '../src/stores/postgres/postgres-sql.ts';
 
@@ -35,7 +35,7 @@ await withBench('completestmt', async (bench) => {
       'per-call': (values: unknown[]) => ({ text: completeSql(n, false, false), values }),
       prepared: (values: unknown[], size: number) => ({ name: `bench_complete_${size}`, text: completeSql(n, false, false), values }),
       function: (values: unknown[]) => ({ name: 'bench_complete_fn', text: completeFnSql(n, false, false), values }),
-      bare: (values: unknown[]) => ({ name: 'bench_bare_mark', text: `UPDATE ${n.outbox} SET state = 'published', done_at = now(), attempts = attempts + 1 WHERE seq = ANY($1::bigint[]) AND state = 'pending'`, values: [values[1]] }),
+      bare: (values: unknown[]) => ({ name: 'bench_bare_mark', text: bareMarkSql(n.outbox), values: [values[1]] }),
     };
     console.log(`\nms per call, mean of ${CALLS} after 10 (rolled back):`);
     console.log(['events', ...Object.keys(forms)].map((h) => h.padStart(9)).join(''));

@@ -306,6 +306,14 @@ export class MemorySampler {
   }
 }
 
+/**
+ * The bare outboxes' mark (bench/bare-outbox-process.ts, bench/wal.ts's ceiling, bench/complete-statement.ts):
+ * the rows `$1` (bigint[]) still pending, marked published, with no fence, held rows or failures.
+ */
+export function bareMarkSql(outbox: string): string {
+  return `UPDATE ${outbox} SET state = 'published', done_at = now(), attempts = attempts + 1 WHERE seq = ANY($1::bigint[]) AND state = 'pending'`;
+}
+
 export const mb = (bytes: number): string => (bytes / 1024 / 1024).toFixed(1);
 export const perSec = (n: number, ms: number): number => (ms > 0 ? (n * 1000) / ms : 0);
 export const fmtInt = (n: number): string => Math.round(n).toLocaleString('en-US');

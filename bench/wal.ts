@@ -37,8 +37,8 @@ import pg from 'pg';
 import { createRelay } from 'txbox';
 import { readFileSync } from 'node:fs';
 import { dropPublication, ensurePublication, pgConnection, PostgresRelayStore, walNames, walSlots } from 'txbox/postgres';
-import { openWalStream } from '../src/stores/postgres/pg-wal-stream.ts';
-import { Backlog, benchOutbox, DATABASE_URL, NoopTransport, envInt, envList, fmtInt, log, mb, median, orderEvent, pacedCommits, percentile, perSec, printTable, resetOutbox, settle, summary, withBench, type Bench } from './lib.ts';
+import { openWalStream, type WalCommit } from '../src/stores/postgres/pg-wal-stream.ts';
+import { Backlog, bareMarkSql, benchOutbox, DATABASE_URL, NoopTransport, envInt, envList, fmtInt, log, mb, median, orderEvent, pacedCommits, percentile, perSec, printTable, resetOutbox, settle, summary, withBench, type Bench } from './lib.ts';
 import { fmtMs, measureCommitToAck, produceInChild } from './commit-to-ack.ts';
 import { startRelayWorker } from './relay-process.ts';
 import { StageTrace } from './wal-stages.ts';
@@ -95,7 +95,7 @@ function connectClients(n: number): Promise<pg.Client[]> {
  * committed row once at once (the floor of a WAL-woken relay), from the server's commit and from
  * the producer's COMMIT returning (the relays' clock).
  * With `mark`, the bare outbox of the WAL mode: each row read is then marked published by a bare
- * `UPDATE ... WHERE seq = $1` (synchronous_commit off, as the relay's marks; on 2 connections of
+ * `UPDATE ... WHERE seq = ANY($1)` (bareMarkSql; synchronous_commit off, as the relay's marks; on 2 connections of
  * their own, as the relay marks while it claims), so the machine carries the two statements every
  * table-backed outbox runs per event, and none of the relay's logic.
  */
@@ -113,7 +113,7 @@ async function latencyCeiling(bench: Bench, rate: number, mark = false): Promise
   const markers = mark ? await connectClients(2) : [];
   for (const c of markers) await c.query('SET synchronous_commit = off');
   let marked = 0;
-  const markSql = `UPDATE "${bench.schema}".outbox SET state = 'published', done_at = now(), attempts = attempts + 1 WHERE seq = $1 AND state = 'pending'`;
+  const markSql = bareMarkSql(bench.names.outbox);
   const wal: number[] = [];
   const walSelect: number[] = [];
   /** When the WAL reader's SELECT returned each event id: against the producer's COMMIT return, as the relays are measured. */
@@ -143,7 +143,7 @@ async function latencyCeiling(bench: Bench, rate: number, mark = false): Promise
         const at = now();
         walSelect.push(at - commit.commitTimeMs);
         if (r.rows[0]) readAt.set(r.rows[0].id, at);
-        if (mark) return markers[lane]!.query({ name: 'wal-ceiling-mark', text: markSql, values: [seq] }).then((m) => void (marked += m.rowCount ?? 0));
+        if (mark) return markers[lane]!.query({ name: 'wal-ceiling-mark', text: markSql, values: [[seq]] }).then((m) => void (marked += m.rowCount ?? 0));
       });
       inFlight.add(q);
       void q.finally(() => inFlight.delete(q));
@@ -279,22 +279,32 @@ async function produceUnpaced(bench: Bench, notify: boolean): Promise<{ count: n
   return { count, ms };
 }
 
+/**
+ * `n` relay stores in the WAL mode with no relay above them, each streaming its own slot (opened at its
+ * first wait), pushed onto `stores` as they open (the caller closes them); `trace(i, commit)` sees each
+ * commit store `i` reads. Returns how long each took to stream, ms.
+ */
+async function openWalStores(bench: Bench, n: number, stores: PostgresRelayStore[], trace?: (i: number, commit: WalCommit) => void): Promise<number[]> {
+  const startMs: number[] = [];
+  const idle = new AbortController();
+  for (let i = 0; i < n; i++) {
+    const t = performance.now();
+    const store = new PostgresRelayStore({ schema: bench.schema, connection: bench.connection, wake: 'wal', ...(trace ? { walTrace: (commit: WalCommit) => trace(i, commit) } : {}) });
+    stores.push(store);
+    await store.waitForEvents(1, idle.signal);
+    while ((await store.wakeStatus()).mode !== 'wal') await new Promise((r) => setTimeout(r, 5));
+    startMs.push(performance.now() - t);
+  }
+  return startMs;
+}
+
 async function slotCost(bench: Bench, slots: number): Promise<string[]> {
   await resetOutbox(bench);
   await settle(bench);
-  // Relay stores in the WAL mode without relays: each opens its slot at its first wait.
   const stores: PostgresRelayStore[] = [];
   const startMs: number[] = [];
-  const idle = new AbortController();
   try {
-    for (let i = 0; i < slots; i++) {
-      const t = performance.now();
-      const store = new PostgresRelayStore({ schema: bench.schema, connection: bench.connection, wake: 'wal' });
-      stores.push(store);
-      await store.waitForEvents(1, idle.signal);
-      while ((await store.wakeStatus()).mode !== 'wal') await new Promise((r) => setTimeout(r, 5));
-      startMs.push(performance.now() - t);
-    }
+    startMs.push(...(await openWalStores(bench, slots, stores)));
     const pids = (await walSlots(bench.connection, bench.names)).flatMap((s) => (s.active && s.activePid !== null ? [s.activePid] : []));
     const wakeupsBefore = stores.reduce((a, s) => a + s.wakeups(), 0);
     const before = pids.map(cpuMs);
@@ -323,22 +333,10 @@ async function slotWake(bench: Bench, slots: number, rate: number): Promise<stri
   const now = (): number => performance.timeOrigin + performance.now();
   const heard: number[][] = Array.from({ length: slots }, () => []);
   const stores: PostgresRelayStore[] = [];
-  const idle = new AbortController();
   try {
-    for (let i = 0; i < slots; i++) {
-      const got = heard[i]!;
-      const store = new PostgresRelayStore({
-        schema: bench.schema,
-        connection: bench.connection,
-        wake: 'wal',
-        walTrace: (commit) => {
-          if (commit.seqs.length > 0) got.push(now() - commit.commitTimeMs);
-        },
-      });
-      stores.push(store);
-      await store.waitForEvents(1, idle.signal);
-      while ((await store.wakeStatus()).mode !== 'wal') await new Promise((r) => setTimeout(r, 5));
-    }
+    await openWalStores(bench, slots, stores, (i, commit) => {
+      if (commit.seqs.length > 0) heard[i]!.push(now() - commit.commitTimeMs);
+    });
     const { commits } = await produceInChild({ schema: bench.schema, rate, seconds: SECONDS, clients: 8, keys: KEYS, perTx: 1, notify: false });
     await new Promise((r) => setTimeout(r, 200));
     const q = (xs: number[], p: number): string => fmtMs(percentile(xs, p));
