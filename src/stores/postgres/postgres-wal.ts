@@ -37,6 +37,16 @@ function quoteLiteralIdent(name: string): string {
 }
 
 /**
+ * Amazon RDS and Aurora give no REPLICATION attribute (their master user cannot
+ * grant it): a member of these roles may stream (rds_replication, which
+ * rds_superuser includes; the last two are AWS's own). A role
+ * of one of these names on another server only makes the check pass; the
+ * server itself still decides when the stream opens (a refusal falls back, with
+ * its reason in the warning).
+ */
+const AWS_REPLICATION_ROLES = ['rds_superuser', 'rds_replication', 'rdsadmin', 'rdsrepladmin'].map((r) => `'${r}'`).join(', ');
+
+/**
  * What keeps the WAL wake mode from working on this database and connection,
  * each as a sentence naming the fix; empty when nothing does. The publication
  * is not checked here (see `ensurePublication`).
@@ -47,7 +57,8 @@ export async function walProblems(db: PostgresConnection): Promise<string[]> {
   }
   const { rows } = await db.query<{ wal_level: string; role: string; replication: boolean; slots_max: number; slots_used: number; senders_max: number }>(
     `SELECT current_setting('wal_level') AS wal_level, current_user AS role,
-            (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user) AS replication,
+            (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user)
+              OR EXISTS (SELECT 1 FROM pg_roles g WHERE g.rolname IN (${AWS_REPLICATION_ROLES}) AND pg_has_role(current_user, g.oid, 'MEMBER')) AS replication,
             current_setting('max_replication_slots')::int AS slots_max,
             (SELECT count(*)::int FROM pg_replication_slots) AS slots_used,
             current_setting('max_wal_senders')::int AS senders_max`,
@@ -57,7 +68,9 @@ export async function walProblems(db: PostgresConnection): Promise<string[]> {
   if (r.wal_level !== 'logical') {
     problems.push(`wal_level is '${r.wal_level}', logical decoding needs 'logical': run ALTER SYSTEM SET wal_level = logical (or set it in postgresql.conf) and restart PostgreSQL`);
   }
-  if (!r.replication) problems.push(`role ${r.role} has no REPLICATION attribute: run ALTER ROLE ${quoteLiteralIdent(r.role)} REPLICATION (as a superuser)`);
+  if (!r.replication) {
+    problems.push(`role ${r.role} has no REPLICATION attribute: run ALTER ROLE ${quoteLiteralIdent(r.role)} REPLICATION (as a superuser; on Amazon RDS or Aurora: GRANT rds_replication TO ${quoteLiteralIdent(r.role)})`);
+  }
   if (r.slots_used >= r.slots_max) {
     problems.push(`all ${r.slots_max} replication slots are in use: raise max_replication_slots (restart) or drop unused ones (txbox wal drop-slots)`);
   }
