@@ -67,7 +67,7 @@ function checksPassing(port: number) {
     replicationConfig: () => client(port),
     async query(sql: string, params?: unknown[]) {
       if (sql.includes('wal_level')) return { rows: [{ wal_level: 'logical', role: 'relay', replication: true, superuser: false, slots_max: 10, slots_used: 0, senders_max: 10, senders_used: 0 }] };
-      if (sql.includes('pg_publication')) return { rows: [{ exists: true }] };
+      if (sql.includes('pg_publication')) return { rows: [{ inserts: true, covers: true }] };
       if (sql.includes('server_encoding')) return { rows: [{ enc: 'UTF8', client: 'UTF8' }] };
       if (sql.includes('hashtext')) return { rows: [{ h: pgHashBytes(Buffer.from(params![0] as string)) | 0 }] };
       throw new Error(`unexpected statement: ${sql}`);

@@ -1,7 +1,7 @@
 /** PostgreSQL backend (the `pg` driver): outbox store, relay store, migrations and admin. */
 export { PostgresOutboxStore, type PostgresOutboxStoreOptions } from './postgres-outbox-store.ts';
 export { PostgresRelayStore, type PostgresRelayStoreOptions, type WakeStatus, type ClaimStats } from './postgres-relay-store.ts';
-export { walNames, walSlotName, walProblems, walSlots, dropWalSlots, ensurePublication, dropPublication, type WalNames, type WalSlotStatus } from './postgres-wal.ts';
+export { walNames, walSlotName, walProblems, walSlots, dropWalSlots, ensurePublication, dropPublication, PublicationMismatchError, type WalNames, type WalSlotStatus } from './postgres-wal.ts';
 export { PostgresAdmin, type DestinationCircuit } from './postgres-admin.ts';
 export type { PostgresConnection } from './postgres-connection.ts';
 export type { WalCommit } from './pg-wal-stream.ts';

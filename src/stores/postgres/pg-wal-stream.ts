@@ -34,6 +34,12 @@ export interface WalStreamOptions {
   readonly confirmEveryMs?: number;
   /** The rows of one transaction kept for `onCommit`; past it `keys` is null. Default: MAX_ROWS_PER_COMMIT. */
   readonly maxRowsPerCommit?: number;
+  /**
+   * The table whose inserts count (the outbox). Rows of other tables of the
+   * publication are skipped, and a transaction with none of this table's rows
+   * calls no `onCommit`. Default: every table of the publication.
+   */
+  readonly table?: { readonly schema: string; readonly name: string };
   /** Aborts the opening (creating a slot waits for the transactions open on the server). */
   readonly signal?: AbortSignal;
   /**
@@ -86,17 +92,21 @@ const RELATION = 0x52; // 'R'
 const INSERT = 0x49; // 'I'
 const TEXT = 0x74; // 't': a column sent as text
 
-/** Where the `seq` and `key` columns are in a relation's rows (-1: absent). */
+/** Where the `seq` and `key` columns are in a relation's rows (-1: absent); `skip`: not the table whose rows count. */
 interface Columns {
   readonly seq: number;
   readonly key: number;
+  readonly skip: boolean;
 }
 
 /** Relation: relid(4), namespace\0, name\0, replica identity(1), ncols(2), then per column flags(1), name\0, type(4), typmod(4). */
-function relationColumns(m: Buffer): [number, Columns] {
+function relationColumns(m: Buffer, table: WalStreamOptions['table']): [number, Columns] {
   const relid = m.readUInt32BE(1);
-  let i = m.indexOf(0, 5) + 1;
-  i = m.indexOf(0, i) + 1;
+  const schemaEnd = m.indexOf(0, 5);
+  const nameEnd = m.indexOf(0, schemaEnd + 1);
+  // The namespace and name as the server spells them (unquoted), in the connection's encoding (UTF-8).
+  const skip = table !== undefined && (m.toString('utf8', 5, schemaEnd) !== table.schema || m.toString('utf8', schemaEnd + 1, nameEnd) !== table.name);
+  let i = nameEnd + 1;
   i += 1;
   const n = m.readUInt16BE(i);
   i += 2;
@@ -109,7 +119,7 @@ function relationColumns(m: Buffer): [number, Columns] {
     else if (name === 'key') key = c;
     i = end + 1 + 8;
   }
-  return [relid, { seq, key }];
+  return [relid, { seq, key, skip }];
 }
 
 /**
@@ -219,7 +229,9 @@ export async function openWalStream(options: WalStreamOptions): Promise<WalStrea
       const kind = chunk[25];
       if (kind === INSERT) {
         if (keys === null) return;
-        if (keys.length >= maxRows || !readInsert(chunk.subarray(25), relations.get(chunk.readUInt32BE(26)), keys, seqs)) {
+        const cols = relations.get(chunk.readUInt32BE(26));
+        if (cols?.skip) return; // another table of the publication
+        if (keys.length >= maxRows || !readInsert(chunk.subarray(25), cols, keys, seqs)) {
           // Too many rows to keep, or one not readable: the commit wakes every lane.
           keys = null;
           seqs = [];
@@ -231,13 +243,14 @@ export async function openWalStream(options: WalStreamOptions): Promise<WalStrea
         const commit: WalCommit = { keys, seqs, commitTimeMs };
         keys = [];
         seqs = [];
-        options.onCommit(commit);
+        // keys empty: only rows of other tables of the publication (PostgreSQL 15 sends no empty transactions).
+        if (commit.keys === null || commit.keys.length > 0) options.onCommit(commit);
         advance(chunk.readBigUInt64BE(26 + 9));
       } else if (kind === BEGIN) {
         keys = [];
         seqs = [];
       } else if (kind === RELATION) {
-        const [relid, cols] = relationColumns(chunk.subarray(25));
+        const [relid, cols] = relationColumns(chunk.subarray(25), options.table);
         relations.set(relid, cols);
       }
     } else if (chunk[0] === KEEPALIVE) {

@@ -3,7 +3,7 @@ import type { PostgresConnection } from './postgres-connection.ts';
 import type { PostgresNames } from './postgres-sql.ts';
 import { openWalStream, type WalCommit, type WalStream } from './pg-wal-stream.ts';
 import { bucketOfKeyBytes, pgHashBytes } from './postgres-bucket.ts';
-import { ensurePublication, walNames, walProblems, walSlotName } from './postgres-wal.ts';
+import { ensurePublication, PublicationMismatchError, walNames, walProblems, walSlotName } from './postgres-wal.ts';
 
 export interface PostgresWalWakeOptions {
   readonly connection: PostgresConnection;
@@ -114,6 +114,7 @@ export class PostgresWalWake {
       try {
         await ensurePublication(connection, names);
       } catch (err) {
+        if (err instanceof PublicationMismatchError) throw err;
         throw new Error(`could not create publication ${walNames(names).publication} (${(err as Error).message}): run txbox migrate --wake wal as the table's owner`);
       }
       const slot = walSlotName(walNames(names), this.#o.relayId());
@@ -125,6 +126,7 @@ export class PostgresWalWake {
         client: connection.replicationConfig!() as never,
         slot,
         publication: walNames(names).publication,
+        table: { schema: names.schema, name: names.table },
         onCommit: (commit) => {
           trace?.(commit);
           onWake(routed && commit.keys ? commit.keys.map((k) => bucketOfKeyBytes(k)) : null, commit.seqs.length === commit.keys?.length ? commit.seqs : null);

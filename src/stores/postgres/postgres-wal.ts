@@ -78,6 +78,11 @@ export async function walProblems(db: PostgresConnection): Promise<string[]> {
   return problems;
 }
 
+/** A publication of the outbox's name exists and does not stream its inserts (`ensurePublication`); the message names the fix. */
+export class PublicationMismatchError extends Error {
+  override readonly name = 'PublicationMismatchError';
+}
+
 /**
  * Creates the outbox table's publication (inserts only) unless it exists.
  * Needs to own the table (run `txbox migrate --wake wal` as the owner). Returns
@@ -85,8 +90,26 @@ export async function walProblems(db: PostgresConnection): Promise<string[]> {
  */
 export async function ensurePublication(db: PostgresConnection, names: PostgresNames): Promise<boolean> {
   const { publication } = walNames(names);
-  const { rows } = await db.query('SELECT 1 FROM pg_publication WHERE pubname = $1', [publication]);
-  if (rows.length > 0) return false;
+  const { rows } = await db.query<{ inserts: boolean; covers: boolean }>(
+    `SELECT p.pubinsert AS inserts,
+            EXISTS (SELECT 1 FROM pg_publication_tables t WHERE t.pubname = p.pubname AND t.schemaname = $2 AND t.tablename = $3) AS covers
+     FROM pg_publication p WHERE p.pubname = $1`,
+    [publication, names.schema, names.table],
+  );
+  const found = rows[0];
+  if (found !== undefined) {
+    // A publication of this name that does not stream the outbox's inserts (made by hand, or for another
+    // table whose name collides) would leave the relay with nothing to hear: say so rather than stream it.
+    if (!found.inserts || !found.covers) {
+      throw new PublicationMismatchError(
+        `publication ${publication} exists but does not publish inserts into ${names.outbox}: ` +
+          (found.covers
+            ? `run ALTER PUBLICATION ${quoteLiteralIdent(publication)} SET (publish = 'insert')`
+            : `run ALTER PUBLICATION ${quoteLiteralIdent(publication)} ADD TABLE ${names.outbox}, or drop it and run txbox migrate --wake wal`),
+      );
+    }
+    return false;
+  }
   try {
     await db.query(`CREATE PUBLICATION ${quoteLiteralIdent(publication)} FOR TABLE ${names.outbox} WITH (publish = 'insert')`);
     return true;

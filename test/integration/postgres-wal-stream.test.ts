@@ -1,18 +1,24 @@
 /**
+ * What the WAL stream reads, on the real PostgreSQL.
+ *
  * A transaction that inserts many outbox rows at once (a backfill, an
- * `INSERT ... SELECT`) in the WAL wake mode, on the real PostgreSQL. The
- * stream used to keep every row's key and seq until the Commit arrived: one
- * transaction of 1,000,000 rows took the stream's process from 81 to 350 MB
- * (scratch measurement, 29 Nov 2026), and nothing bounded it. Past
+ * `INSERT ... SELECT`): the stream used to keep every row's key and seq until
+ * the Commit arrived: one transaction of 1,000,000 rows took the stream's
+ * process from 81 to 350 MB (29 Nov 2026), and nothing bounded it. Past
  * `maxRowsPerCommit` rows a commit is announced as "rows in buckets not known"
  * (every lane wakes and runs its ordinary claim, the right claim for a
  * backlog), and the stream stops keeping that transaction's rows.
+ *
+ * A publication that covers more than the outbox, or a publication of the
+ * outbox's name that does not cover it: rows of other tables used to be read
+ * as the outbox's, and a publication for another table was streamed as if it
+ * were the outbox's (the relay heard nothing, silently).
  */
 import { after, before, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import { createOutbox, createRelay, defineEvent, payloadType } from 'txbox';
-import { dropPublication, postgresNames, PostgresOutboxStore, PostgresRelayStore } from 'txbox/postgres';
+import { dropPublication, ensurePublication, postgresNames, PostgresOutboxStore, PostgresRelayStore, walNames } from 'txbox/postgres';
 import { checkDeliveries, RecordingTransport } from 'txbox/testing';
 import { MAX_ROWS_PER_COMMIT, openWalStream, type WalCommit } from '../../src/stores/postgres/pg-wal-stream.ts';
 import { DATABASE_URL, openDb, uniqueSchema, type TestDb } from '../helpers/databases.ts';
@@ -93,4 +99,55 @@ it(`a relay woken by the WAL alone publishes a transaction of more than ${MAX_RO
   } finally {
     await relay.stop();
   }
+});
+
+it('the stream reads only the outbox table: rows another table of the same publication inserts wake nothing', async () => {
+  // A publication may cover more than the outbox (an operator added a table, or two outboxes whose
+  // names collide share one): their rows have no place in this outbox's buckets.
+  const other = `${table}_other`;
+  await client.query(`CREATE TABLE ${other} (seq bigserial PRIMARY KEY, key text NOT NULL)`);
+  await client.query(`ALTER PUBLICATION ${table} ADD TABLE ${other}`);
+  const commits: WalCommit[] = [];
+  const stream = await openWalStream({
+    client: { connectionString: DATABASE_URL },
+    slot: `${table}_f`,
+    publication: table,
+    table: { schema: 'public', name: table },
+    onCommit: (c) => commits.push(c),
+    onEnd: () => {},
+  });
+  try {
+    await client.query(`INSERT INTO ${other} (key) VALUES ('a'), ('b')`);
+    await client.query(`BEGIN; INSERT INTO ${other} (key) VALUES ('c'); INSERT INTO ${table} (key) VALUES ('mine'); COMMIT`);
+    await waitFor('the commit with a row of the outbox', () => commits.length >= 1, 10_000);
+    await new Promise((r) => setTimeout(r, 200));
+    assert.equal(commits.length, 1, 'the commit of the other table alone announces nothing');
+    assert.deepEqual(commits[0]!.keys?.map((k) => Buffer.from(k).toString()), ['mine']);
+    assert.equal(commits[0]!.seqs.length, 1);
+  } finally {
+    await stream.close();
+    await client.query(`ALTER PUBLICATION ${table} DROP TABLE ${other}`);
+    await client.query(`DROP TABLE ${other}`);
+  }
+});
+
+it('ensurePublication refuses a publication of the outbox name that does not publish the outbox inserts, naming the fix', async () => {
+  const names = postgresNames({ schema: db.schema });
+  const { publication } = walNames(names);
+  await dropPublication(db.connection, names);
+  // Another table's publication under this outbox's name (two names that collide, or a publication made by hand).
+  await client.query(`CREATE PUBLICATION "${publication}" FOR TABLE ${table}`);
+  try {
+    await assert.rejects(ensurePublication(db.connection, names), (err: Error) => {
+      assert.match(err.message, new RegExp(`publication ${publication} .*does not publish inserts into "${db.schema}"."outbox".*ALTER PUBLICATION "${publication}" ADD TABLE "${db.schema}"."outbox"`));
+      return true;
+    });
+    await client.query(`ALTER PUBLICATION "${publication}" ADD TABLE "${db.schema}".outbox`);
+    assert.equal(await ensurePublication(db.connection, names), false, 'covers the outbox now: nothing to create');
+    await client.query(`ALTER PUBLICATION "${publication}" SET (publish = 'update')`);
+    await assert.rejects(ensurePublication(db.connection, names), /does not publish inserts/);
+  } finally {
+    await dropPublication(db.connection, names);
+  }
+  assert.equal(await ensurePublication(db.connection, names), true);
 });
