@@ -149,27 +149,30 @@ it('a role without REPLICATION: walProblems says what to grant; the relay warns 
   }
 });
 
-it('a role that streams through the rds_replication role of AWS (no REPLICATION attribute of its own): walProblems finds nothing missing', async () => {
+it('a role that streams through a managed service role (no REPLICATION attribute of its own): walProblems finds nothing missing', async () => {
   // RDS and Aurora grant replication through membership of rds_replication (or rds_superuser), never the
-  // attribute, which the master user cannot give. Here a role of that name stands in for AWS's; this server
-  // would still refuse the stream (vanilla PostgreSQL knows no such role), so only the check is tested.
-  const role = `txbox_awsrepl_${randomBytes(4).toString('hex')}`;
-  const created = (await pool.query(`SELECT 1 FROM pg_roles WHERE rolname = 'rds_replication'`)).rowCount === 0;
-  if (created) await pool.query('CREATE ROLE rds_replication NOLOGIN');
-  await pool.query(`CREATE ROLE ${role} LOGIN NOREPLICATION IN ROLE rds_replication`);
-  const url = new URL(DATABASE_URL);
-  url.username = role;
-  const connection = pgConnection({ connectionString: url.toString(), maxConnections: 1 });
-  try {
-    assert.deepEqual(await walProblems(connection), []);
-    await pool.query(`REVOKE rds_replication FROM ${role}`);
-    const problems = await walProblems(connection);
-    assert.equal(problems.length, 1, problems.join('\n'));
-    assert.match(problems[0]!, /no REPLICATION attribute: run ALTER ROLE .* REPLICATION .*GRANT rds_replication/);
-  } finally {
-    await connection.close();
-    await pool.query(`DROP ROLE ${role}`);
-    if (created) await pool.query('DROP ROLE rds_replication');
+  // attribute, which their master user cannot give; Neon through neon_superuser. Here roles of those names
+  // stand in for the services' own; this server would still refuse the stream (vanilla PostgreSQL knows no
+  // such roles), so only the check is tested.
+  for (const service of ['rds_replication', 'neon_superuser']) {
+    const role = `txbox_svcrepl_${randomBytes(4).toString('hex')}`;
+    const created = (await pool.query('SELECT 1 FROM pg_roles WHERE rolname = $1', [service])).rowCount === 0;
+    if (created) await pool.query(`CREATE ROLE ${service} NOLOGIN`);
+    await pool.query(`CREATE ROLE ${role} LOGIN NOREPLICATION IN ROLE ${service}`);
+    const url = new URL(DATABASE_URL);
+    url.username = role;
+    const connection = pgConnection({ connectionString: url.toString(), maxConnections: 1 });
+    try {
+      assert.deepEqual(await walProblems(connection), [], service);
+      await pool.query(`REVOKE ${service} FROM ${role}`);
+      const problems = await walProblems(connection);
+      assert.equal(problems.length, 1, problems.join('\n'));
+      assert.match(problems[0]!, /no REPLICATION attribute: run ALTER ROLE .* REPLICATION .*GRANT rds_replication/);
+    } finally {
+      await connection.close();
+      await pool.query(`DROP ROLE ${role}`);
+      if (created) await pool.query(`DROP ROLE ${service}`);
+    }
   }
 });
 

@@ -6,7 +6,7 @@ import { ConfigError } from '../../core/errors.ts';
 import { parseDuration } from '../../core/duration.ts';
 import { createRelay } from '../../relay/relay.ts';
 import { defaultRelayId } from '../../relay/relay-options.ts';
-import { walProblems } from '../../stores/postgres/postgres-wal.ts';
+import { isReplicationPrivilegeProblem, walProblems } from '../../stores/postgres/postgres-wal.ts';
 import { prepareMetrics, startMetricsServer, METRICS_HELP, METRICS_OPTIONS, metricsFlags } from '../metrics-server.ts';
 
 /** `--keep-published` when not given: 24h. */
@@ -112,7 +112,12 @@ ${METRICS_HELP}`,
     if (r.wake === 'wal' && db !== undefined) {
       // Said once at start, in the operator's terms; the store then falls back to notify and polling.
       const problems = await walProblems(db.connection).catch((err: Error) => [`could not check: ${err.message}`]);
-      for (const p of problems) logger.warn({ problem: p }, 'txbox relay: --wake wal is not available; waking by LISTEN/NOTIFY and polling instead');
+      for (const p of problems) {
+        if (isReplicationPrivilegeProblem(p)) {
+          // A service may grant replication in a way of its own: the store tries, and the server decides.
+          logger.warn({ problem: p }, 'txbox relay: --wake wal may not be available (the server decides as the stream opens; if it refuses, waking by LISTEN/NOTIFY and polling)');
+        } else logger.warn({ problem: p }, 'txbox relay: --wake wal is not available; waking by LISTEN/NOTIFY and polling instead');
+      }
     }
     let relay;
     try {

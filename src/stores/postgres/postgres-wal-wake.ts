@@ -3,7 +3,7 @@ import type { PostgresConnection } from './postgres-connection.ts';
 import type { PostgresNames } from './postgres-sql.ts';
 import { openWalStream, type WalCommit, type WalStream } from './pg-wal-stream.ts';
 import { bucketOfKeyBytes, pgHashBytes } from './postgres-bucket.ts';
-import { ensurePublication, PublicationMismatchError, walNames, walProblems, walSlotName } from './postgres-wal.ts';
+import { ensurePublication, isReplicationPrivilegeProblem, PublicationMismatchError, walNames, walProblems, walSlotName } from './postgres-wal.ts';
 
 export interface PostgresWalWakeOptions {
   readonly connection: PostgresConnection;
@@ -110,7 +110,10 @@ export class PostgresWalWake {
     const { connection, names, logger } = this.#o;
     try {
       const problems = await walProblems(connection);
-      if (problems.length > 0) throw new Error(problems.join('; '));
+      // The role's privilege alone does not stop the attempt: services grant replication in ways of their
+      // own, which the query may not see. The server decides as the stream opens; its refusal carries the advice.
+      const privilege = problems.filter(isReplicationPrivilegeProblem);
+      if (problems.length > privilege.length) throw new Error(problems.join('; '));
       try {
         await ensurePublication(connection, names);
       } catch (err) {
@@ -122,18 +125,24 @@ export class PostgresWalWake {
       const routed = await bucketsComputable(connection);
       if (!routed) logger.info({}, 'txbox relay: WAL wake-ups cannot compute buckets on this server (not UTF-8, or another hashtext); every commit wakes every lane');
       const { onWake, trace } = this.#o;
-      const stream = await openWalStream({
-        client: connection.replicationConfig!() as never,
-        slot,
-        publication: walNames(names).publication,
-        table: { schema: names.schema, name: names.table },
-        onCommit: (commit) => {
-          trace?.(commit);
-          onWake(routed && commit.keys ? commit.keys.map((k) => bucketOfKeyBytes(k)) : null, commit.seqs.length === commit.keys?.length ? commit.seqs : null);
-        },
-        onEnd: (err) => this.#down(err),
-        signal: this.#closing.signal,
-      });
+      let stream: WalStream;
+      try {
+        stream = await openWalStream({
+          client: connection.replicationConfig!() as never,
+          slot,
+          publication: walNames(names).publication,
+          table: { schema: names.schema, name: names.table },
+          onCommit: (commit) => {
+            trace?.(commit);
+            onWake(routed && commit.keys ? commit.keys.map((k) => bucketOfKeyBytes(k)) : null, commit.seqs.length === commit.keys?.length ? commit.seqs : null);
+          },
+          onEnd: (err) => this.#down(err),
+          signal: this.#closing.signal,
+        });
+      } catch (err) {
+        if (privilege.length > 0) throw new Error(`${(err as Error).message}; ${privilege.join('; ')}`);
+        throw err;
+      }
       if ((this.#state as string) === 'closed') {
         await stream.close();
         return;

@@ -37,14 +37,24 @@ function quoteLiteralIdent(name: string): string {
 }
 
 /**
- * Amazon RDS and Aurora give no REPLICATION attribute (their master user cannot
- * grant it): a member of these roles may stream (rds_replication, which
- * rds_superuser includes; the last two are AWS's own). A role
+ * Managed services that grant replication through membership of a role of
+ * theirs instead of the REPLICATION attribute: Amazon RDS and Aurora
+ * (rds_replication, which rds_superuser includes; the last two are AWS's own;
+ * their master user cannot give the attribute) and Neon (neon_superuser). A role
  * of one of these names on another server only makes the check pass; the
- * server itself still decides when the stream opens (a refusal falls back, with
- * its reason in the warning).
+ * server itself decides when the stream opens (a refusal falls back, with its
+ * reason in the warning).
  */
-const AWS_REPLICATION_ROLES = ['rds_superuser', 'rds_replication', 'rdsadmin', 'rdsrepladmin'].map((r) => `'${r}'`).join(', ');
+const MANAGED_REPLICATION_ROLES = ['rds_superuser', 'rds_replication', 'rdsadmin', 'rdsrepladmin', 'neon_superuser'].map((r) => `'${r}'`).join(', ');
+
+/**
+ * Whether a problem `walProblems` found is the role's replication privilege:
+ * the one a query cannot be sure of (a service may grant it in a way of its
+ * own), so a relay still tries the stream and lets the server decide.
+ */
+export function isReplicationPrivilegeProblem(problem: string): boolean {
+  return problem.includes(' has no REPLICATION attribute');
+}
 
 /**
  * What keeps the WAL wake mode from working on this database and connection,
@@ -58,7 +68,7 @@ export async function walProblems(db: PostgresConnection): Promise<string[]> {
   const { rows } = await db.query<{ wal_level: string; role: string; replication: boolean; slots_max: number; slots_used: number; senders_max: number }>(
     `SELECT current_setting('wal_level') AS wal_level, current_user AS role,
             (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user)
-              OR EXISTS (SELECT 1 FROM pg_roles g WHERE g.rolname IN (${AWS_REPLICATION_ROLES}) AND pg_has_role(current_user, g.oid, 'MEMBER')) AS replication,
+              OR EXISTS (SELECT 1 FROM pg_roles g WHERE g.rolname IN (${MANAGED_REPLICATION_ROLES}) AND pg_has_role(current_user, g.oid, 'MEMBER')) AS replication,
             current_setting('max_replication_slots')::int AS slots_max,
             (SELECT count(*)::int FROM pg_replication_slots) AS slots_used,
             current_setting('max_wal_senders')::int AS senders_max`,
