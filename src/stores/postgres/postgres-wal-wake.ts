@@ -118,7 +118,10 @@ export class PostgresWalWake {
         await ensurePublication(connection, names);
       } catch (err) {
         if (err instanceof PublicationMismatchError) throw err;
-        throw new Error(`could not create publication ${walNames(names).publication} (${(err as Error).message}): run txbox migrate --wake wal as the table's owner`);
+        throw new Error(
+          `could not create publication ${walNames(names).publication} (${(err as Error).message}): run txbox migrate --wake wal as the table's owner` +
+            privilege.map((p) => `; ${p}`).join(''),
+        );
       }
       const slot = walSlotName(walNames(names), this.#o.relayId());
       // Wake only the waiters of the committed rows' buckets when they can be computed here; else everyone.
