@@ -108,44 +108,38 @@ export class PostgresWalWake {
 
   async #open(): Promise<void> {
     const { connection, names, logger } = this.#o;
+    // What the role seems to lack for streaming, said with whatever fails after the checks.
+    let advice = '';
     try {
       const problems = await walProblems(connection);
       // The role's privilege alone does not stop the attempt: services grant replication in ways of their
       // own, which the query may not see. The server decides as the stream opens; its refusal carries the advice.
       const privilege = problems.filter(isReplicationPrivilegeProblem);
       if (problems.length > privilege.length) throw new Error(problems.join('; '));
+      advice = privilege.map((p) => `; ${p}`).join('');
       try {
         await ensurePublication(connection, names);
       } catch (err) {
         if (err instanceof PublicationMismatchError) throw err;
-        throw new Error(
-          `could not create publication ${walNames(names).publication} (${(err as Error).message}): run txbox migrate --wake wal as the table's owner` +
-            privilege.map((p) => `; ${p}`).join(''),
-        );
+        throw new Error(`could not create publication ${walNames(names).publication} (${(err as Error).message}): run txbox migrate --wake wal as the table's owner`);
       }
       const slot = walSlotName(walNames(names), this.#o.relayId());
       // Wake only the waiters of the committed rows' buckets when they can be computed here; else everyone.
       const routed = await bucketsComputable(connection);
       if (!routed) logger.info({}, 'txbox relay: WAL wake-ups cannot compute buckets on this server (not UTF-8, or another hashtext); every commit wakes every lane');
       const { onWake, trace } = this.#o;
-      let stream: WalStream;
-      try {
-        stream = await openWalStream({
-          client: connection.replicationConfig!() as never,
-          slot,
-          publication: walNames(names).publication,
-          table: { schema: names.schema, name: names.table },
-          onCommit: (commit) => {
-            trace?.(commit);
-            onWake(routed && commit.keys ? commit.keys.map((k) => bucketOfKeyBytes(k)) : null, commit.seqs.length === commit.keys?.length ? commit.seqs : null);
-          },
-          onEnd: (err) => this.#down(err),
-          signal: this.#closing.signal,
-        });
-      } catch (err) {
-        if (privilege.length > 0) throw new Error(`${(err as Error).message}; ${privilege.join('; ')}`);
-        throw err;
-      }
+      const stream = await openWalStream({
+        client: connection.replicationConfig!() as never,
+        slot,
+        publication: walNames(names).publication,
+        table: { schema: names.schema, name: names.table },
+        onCommit: (commit) => {
+          trace?.(commit);
+          onWake(routed && commit.keys ? commit.keys.map((k) => bucketOfKeyBytes(k)) : null, commit.seqs.length === commit.keys?.length ? commit.seqs : null);
+        },
+        onEnd: (err) => this.#down(err),
+        signal: this.#closing.signal,
+      });
       if ((this.#state as string) === 'closed') {
         await stream.close();
         return;
@@ -159,7 +153,7 @@ export class PostgresWalWake {
       this.#warned = false;
       this.#o.onWake(null); // anything committed while not streaming
     } catch (err) {
-      this.#down(err as Error);
+      this.#down(advice === '' ? (err as Error) : new Error(`${(err as Error).message}${advice}`));
     }
   }
 

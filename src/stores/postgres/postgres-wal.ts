@@ -53,8 +53,11 @@ const MANAGED_REPLICATION_ROLES = ['rds_superuser', 'rds_replication', 'rdsadmin
  * own), so a relay still tries the stream and lets the server decide.
  */
 export function isReplicationPrivilegeProblem(problem: string): boolean {
-  return problem.includes(' has no REPLICATION attribute');
+  return problem.includes(NO_REPLICATION);
 }
+
+/** The words of walProblems' privilege problem (`isReplicationPrivilegeProblem` looks for them). */
+const NO_REPLICATION = 'has no REPLICATION attribute';
 
 /**
  * What keeps the WAL wake mode from working on this database and connection,
@@ -79,7 +82,7 @@ export async function walProblems(db: PostgresConnection): Promise<string[]> {
     problems.push(`wal_level is '${r.wal_level}', logical decoding needs 'logical': run ALTER SYSTEM SET wal_level = logical (or set it in postgresql.conf) and restart PostgreSQL`);
   }
   if (!r.replication) {
-    problems.push(`role ${r.role} has no REPLICATION attribute: run ALTER ROLE ${quoteLiteralIdent(r.role)} REPLICATION (as a superuser; on Amazon RDS or Aurora: GRANT rds_replication TO ${quoteLiteralIdent(r.role)})`);
+    problems.push(`role ${r.role} ${NO_REPLICATION}: run ALTER ROLE ${quoteLiteralIdent(r.role)} REPLICATION (as a superuser; on Amazon RDS or Aurora: GRANT rds_replication TO ${quoteLiteralIdent(r.role)})`);
   }
   if (r.slots_used >= r.slots_max) {
     problems.push(`all ${r.slots_max} replication slots are in use: raise max_replication_slots (restart) or drop unused ones (txbox wal drop-slots)`);
