@@ -4,7 +4,7 @@
  * A transaction that inserts many outbox rows at once (a backfill, an
  * `INSERT ... SELECT`): the stream used to keep every row's key and seq until
  * the Commit arrived: one transaction of 1,000,000 rows took the stream's
- * process from 81 to 350 MB (29 Nov 2026), and nothing bounded it. Past
+ * process from 86-92 to 348-372 MB (bench/wal-large-commit.ts), and nothing bounded it. Past
  * `maxRowsPerCommit` rows a commit is announced as "rows in buckets not known"
  * (every lane wakes and runs its ordinary claim, the right claim for a
  * backlog), and the stream stops keeping that transaction's rows.
