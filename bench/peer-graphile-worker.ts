@@ -11,7 +11,9 @@
  *   transport; graphile-worker one event per job, txbox in batches.
  * - latency: commit-to-publish p50/p99 at BENCH_RATES (500,1000) events/s,
  *   one event per transaction from 8 paced connections, LISTEN/NOTIFY, no-op
- *   sink, relay or worker in this process (one clock).
+ *   sink, relay or worker in this process (one clock); BENCH_LATENCY_SECONDS
+ *   measured after BENCH_WARMUP_SECONDS (1) of the same commits, whose
+ *   figures are logged apart (0: none).
  * - producer: transactions/s of BENCH_CLIENTS (4) writers, each transaction
  *   one event (txbox enqueue, notify on as by default; graphile-worker add_job).
  *
@@ -54,7 +56,7 @@ import { run, runMigrations } from 'graphile-worker';
 import type { OutboxEvent } from 'txbox';
 import { Backlog, benchOutbox, DATABASE_URL, envInt, envList, fmtInt, log, machine, mb, median, orderEvent, orderPayload, percentile, perSec, printTable, resetOutbox, settle, summary, timePublishCalls, withBench, type Bench } from './lib.ts';
 import { startRelayWorker, type RelayWorkerConfig } from './relay-process.ts';
-import { fmtMs, measureCommitToAck } from './commit-to-ack.ts';
+import { fmtMs, measureCommitToAck, splitWarmup, warmupFigures, warmupSeconds, type WarmupFigures } from './commit-to-ack.ts';
 import { NATS_SERVERS, sinkTransport, type BrokerSpec } from './broker-transports.ts';
 import { graphileOptions, type EventJob, type GraphileWorkerConfig, type GraphileWorkerMessage } from './graphile-worker-process.ts';
 import type { ReceiverMessage } from './receiver-process.ts';
@@ -69,6 +71,8 @@ const ROUNDS = envInt('BENCH_ROUNDS', 3);
 const KEYS = envInt('BENCH_KEYS', 1000);
 const RATES = envList('BENCH_RATES', [500, 1000]);
 const LATENCY_SECONDS = envInt('BENCH_LATENCY_SECONDS', 10);
+/** BENCH_WARMUP_SECONDS (1): each latency run, txbox's and graphile-worker's alike, commits this long first; those events are reported apart. */
+const WARMUP = warmupSeconds();
 const PRODUCER_SECONDS = envInt('BENCH_SECONDS', 10);
 const WRITERS = envInt('BENCH_CLIENTS', 4);
 const PARTS = (process.env.BENCH_PARTS ?? 'drain,latency,producer').split(',').map((s) => s.trim());
@@ -319,7 +323,7 @@ function eventJob(e: ReturnType<typeof orderEvent>, id: string): EventJob {
 }
 
 /** graphile-worker's commit-to-publish latency, measured as bench/commit-to-ack.ts measures txbox's. */
-async function graphileLatency(gw: GraphileSchema, rate: number): Promise<{ p50: number; p99: number; acked: number; produced: number }> {
+async function graphileLatency(gw: GraphileSchema, rate: number): Promise<{ p50: number; p99: number; acked: number; produced: number; warmup: WarmupFigures }> {
   await gw.truncate();
   const committedAt = new Map<string, number>();
   const ackedAt = new Map<string, number>();
@@ -341,7 +345,7 @@ async function graphileLatency(gw: GraphileSchema, rate: number): Promise<{ p50:
     }),
   );
   const addJob = `SELECT "${gw.name}".add_job('publish', $1::json)`;
-  const total = rate * LATENCY_SECONDS;
+  const total = rate * (LATENCY_SECONDS + WARMUP);
   const interval = 1000 / rate;
   let next = 0;
   const started = performance.now();
@@ -364,8 +368,9 @@ async function graphileLatency(gw: GraphileSchema, rate: number): Promise<{ p50:
   while (ackedAt.size < total && performance.now() < deadline) await sleep(20);
   await runner.stop();
   await Promise.all(clients.map((c) => c.end()));
-  const latencies = [...committedAt].map(([id, t]) => (ackedAt.get(id) ?? Number.NaN) - t).filter((x) => !Number.isNaN(x)).sort((a, b) => a - b);
-  return { p50: percentile(latencies, 50), p99: percentile(latencies, 99), acked: latencies.length, produced: committedAt.size };
+  const pairs = [...committedAt].map(([id, t]) => [t, (ackedAt.get(id) ?? Number.NaN) - t] as const).filter(([, x]) => !Number.isNaN(x));
+  const { steady, warmup } = splitWarmup(pairs, WARMUP * 1000);
+  return { p50: percentile(steady, 50), p99: percentile(steady, 99), acked: pairs.length, produced: committedAt.size, warmup: warmupFigures(warmup) };
 }
 
 /** WRITERS connections, one event per transaction, for PRODUCER_SECONDS: transactions per second. */
@@ -478,6 +483,7 @@ await withBench('peer', async (bench) => {
           wake,
           p50: row(`latency @${fmtInt(rate)}/s p50${wake === 'wal' ? ', txbox WAL mode' : ''}`, 'ms', true),
           p99: row(`latency @${fmtInt(rate)}/s p99${wake === 'wal' ? ', txbox WAL mode' : ''}`, 'ms', true),
+          warm: WARMUP > 0 ? row(`latency @${fmtInt(rate)}/s p99 of the first ${WARMUP} s${wake === 'wal' ? ', txbox WAL mode' : ''}`, 'ms', true) : undefined,
         }));
         for (let round = 1; round <= ROUNDS; round++) {
           const order = round % 2 === 1 ? [...WAKES, 'gw' as const] : ['gw' as const, ...WAKES];
@@ -485,17 +491,19 @@ await withBench('peer', async (bench) => {
             const r =
               who === 'gw'
                 ? await graphileLatency(gw, rate)
-                : await measureCommitToAck(bench, { rate, seconds: LATENCY_SECONDS, clients: 8, keys: KEYS, notify: who === 'notify', wake: who, pollIntervalMs: 1000, transport: 'noop' });
+                : await measureCommitToAck(bench, { rate, seconds: LATENCY_SECONDS, warmupSeconds: WARMUP, clients: 8, keys: KEYS, notify: who === 'notify', wake: who, pollIntervalMs: 1000, transport: 'noop' });
             for (const m of modes) {
               if (who === 'gw') {
                 m.p50.gw.push(r.p50);
                 m.p99.gw.push(r.p99);
+                m.warm?.gw.push(r.warmup.p99);
               } else if (who === m.wake) {
                 m.p50.txbox.push(r.p50);
                 m.p99.txbox.push(r.p99);
+                m.warm?.txbox.push(r.warmup.p99);
               }
             }
-            log(`round ${round} latency @${rate}/s: ${who === 'gw' ? 'graphile-worker' : `txbox (${who})`} p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms (${fmtInt(r.acked)}/${fmtInt(r.produced)} acked)`);
+            log(`round ${round} latency @${rate}/s: ${who === 'gw' ? 'graphile-worker' : `txbox (${who})`} p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms (${fmtInt(r.acked)}/${fmtInt(r.produced)} acked); the first ${WARMUP} s, not counted: p50 ${fmtMs(r.warmup.p50)} ms, p99 ${fmtMs(r.warmup.p99)} ms, max ${fmtMs(r.warmup.max)} ms`);
           }
         }
       }

@@ -31,6 +31,8 @@ export class StageTrace {
   #waits = 0;
   /** id -> producer saw COMMIT; set by measureCommitToAck. */
   committedAt: ReadonlyMap<string, number> = new Map();
+  /** lines() reports the events committed from this time on (the run's warm-up left out). */
+  steadyFrom = Number.NEGATIVE_INFINITY;
 
   /** `whileMarking` false: the wrapped store hides claimWhileMarking, so the relay waits for every mark before it claims (an A/B of that path). */
   constructor(
@@ -116,7 +118,7 @@ export class StageTrace {
     for (const [id, [seq, sent, returned]] of this.#claimed) {
       const c = this.committedAt.get(id);
       const p = this.#published.get(id);
-      if (c === undefined || p === undefined) continue;
+      if (c === undefined || p === undefined || c < this.steadyFrom) continue;
       const w = this.#wal.get(seq);
       const m = this.#marked.get(seq) ?? Number.NaN;
       if (w && sent < w[1]) claimedBeforeWal++;

@@ -9,7 +9,7 @@
  *
  *   node --conditions=txbox-source --import tsx bench/wal.ts
  *
- * Settings: BENCH_LATENCY_SECONDS (10), BENCH_RATES (500,1000), BENCH_PRODUCER_SECONDS (10),
+ * Settings: BENCH_LATENCY_SECONDS (10, measured after BENCH_WARMUP_SECONDS, 1, whose events are reported apart), BENCH_RATES (500,1000), BENCH_PRODUCER_SECONDS (10),
  * BENCH_CLIENTS (4), BENCH_ROUNDS (2), BENCH_EVENTS (200000), BENCH_KEYS (1000), BENCH_SLOTS (1,3),
  * BENCH_DRAIN_REPEAT (2, interleaved), BENCH_SECTIONS (latency,claims,producer,slots,drain),
  * BENCH_MARKS (async; `async,sync` compares the relay store's synchronousMarks in the latency section),
@@ -39,11 +39,13 @@ import { readFileSync } from 'node:fs';
 import { dropPublication, ensurePublication, pgConnection, PostgresRelayStore, walNames, walSlots } from 'txbox/postgres';
 import { openWalStream, type WalCommit } from '../src/stores/postgres/pg-wal-stream.ts';
 import { Backlog, bareMarkSql, benchOutbox, DATABASE_URL, NoopTransport, envInt, envList, fmtInt, log, mb, median, orderEvent, pacedCommits, percentile, perSec, printTable, resetOutbox, settle, summary, withBench, type Bench } from './lib.ts';
-import { fmtMs, measureCommitToAck, produceInChild } from './commit-to-ack.ts';
+import { fmtMs, measureCommitToAck, produceInChild, splitWarmup, warmupSeconds } from './commit-to-ack.ts';
 import { startRelayWorker } from './relay-process.ts';
 import { StageTrace } from './wal-stages.ts';
 
 const SECONDS = envInt('BENCH_LATENCY_SECONDS', 10);
+/** BENCH_WARMUP_SECONDS (1): each latency run (relays and ceilings alike) commits this long first; those events are reported apart. */
+const WARMUP = warmupSeconds();
 const RATES = envList('BENCH_RATES', [500, 1000]);
 const PRODUCER_SECONDS = envInt('BENCH_PRODUCER_SECONDS', 10);
 const CLIENTS = envInt('BENCH_CLIENTS', 4);
@@ -99,7 +101,7 @@ function connectClients(n: number): Promise<pg.Client[]> {
  * their own, as the relay marks while it claims), so the machine carries the two statements every
  * table-backed outbox runs per event, and none of the relay's logic.
  */
-async function latencyCeiling(bench: Bench, rate: number, mark = false): Promise<{ select: number[]; commit: number[]; wal: number[]; walSelect: number[]; walRead: number[] }> {
+async function latencyCeiling(bench: Bench, rate: number, mark = false): Promise<{ select: number[]; commit: number[]; wal: number[]; walSelect: number[]; walRead: number[]; walReadWarmup: number[] }> {
   await resetOutbox(bench);
   await settle(bench);
   const probe = new pg.Client({ connectionString: DATABASE_URL });
@@ -114,18 +116,21 @@ async function latencyCeiling(bench: Bench, rate: number, mark = false): Promise
   for (const c of markers) await c.query('SET synchronous_commit = off');
   let marked = 0;
   const markSql = bareMarkSql(bench.names.outbox);
-  const wal: number[] = [];
-  const walSelect: number[] = [];
+  // [commit time, latency] pairs: the first WARMUP seconds are split off at the end (splitWarmup).
+  const wal: [number, number][] = [];
+  const walSelect: [number, number][] = [];
   /** When the WAL reader's SELECT returned each event id: against the producer's COMMIT return, as the relays are measured. */
   const readAt = new Map<string, number>();
-  const fromProducer = (committed: Iterable<readonly [string, number]>): number[] => {
-    const xs: number[] = [];
+  const fromProducer = (committed: Iterable<readonly [string, number]>): [number, number][] => {
+    const xs: [number, number][] = [];
     for (const [id, t] of committed) {
       const r = readAt.get(id);
-      if (r !== undefined) xs.push(r - t);
+      if (r !== undefined) xs.push([t, r - t]);
     }
-    return xs.sort((a, b) => a - b);
+    return xs;
   };
+  const warmupMs = WARMUP * 1000;
+  const steady = (pairs: Iterable<readonly [number, number]>): number[] => splitWarmup(pairs, warmupMs).steady;
   const inFlight = new Set<Promise<unknown>>();
   let turn = 0;
   await ensurePublication(bench.connection, bench.names);
@@ -135,13 +140,13 @@ async function latencyCeiling(bench: Bench, rate: number, mark = false): Promise
     publication: walNames(bench.names).publication,
     onCommit: (commit) => {
       const arrived = now();
-      wal.push(arrived - commit.commitTimeMs);
+      wal.push([commit.commitTimeMs, arrived - commit.commitTimeMs]);
       const seq = commit.seqs[0];
       if (seq === undefined) return;
       const lane = turn++ % 2;
       const q = walProbes[lane]!.query<{ id: string }>({ name: 'wal-ceiling-read', text: `SELECT seq, id::text AS id FROM "${bench.schema}".outbox WHERE seq = $1`, values: [seq] }).then((r) => {
         const at = now();
-        walSelect.push(at - commit.commitTimeMs);
+        walSelect.push([commit.commitTimeMs, at - commit.commitTimeMs]);
         if (r.rows[0]) readAt.set(r.rows[0].id, at);
         if (mark) return markers[lane]!.query({ name: 'wal-ceiling-mark', text: markSql, values: [[seq]] }).then((m) => void (marked += m.rowCount ?? 0));
       });
@@ -156,41 +161,42 @@ async function latencyCeiling(bench: Bench, rate: number, mark = false): Promise
     await Promise.all([...walProbes, ...markers].map((c) => c.end()));
     if (mark) log(`ceiling ${rate}/s, the bare outbox: ${fmtInt(marked)} of ${fmtInt(walSelect.length)} rows read marked published`);
   };
-  const select: number[] = [];
+  const select: [number, number][] = [];
   let running = true;
   const probing = (async () => {
     // The bare outbox carries no probe: its load is the relay's, statement for statement.
     while (running && !mark) {
       const t = performance.now();
       await probe.query({ name: 'wal-ceiling-probe', text: `SELECT seq, id FROM "${bench.schema}".outbox WHERE seq = $1`, values: [select.length + 1] });
-      select.push(performance.now() - t);
+      select.push([t, performance.now() - t]);
       await new Promise((r) => setTimeout(r, 1));
     }
   })();
   if (PRODUCERS_IN_CHILD) {
     let commits: readonly (readonly [string, number])[] = [];
     try {
-      commits = (await produceInChild({ schema: bench.schema, rate, seconds: SECONDS, clients: 8, keys: KEYS, perTx: 1, notify: false })).commits;
+      commits = (await produceInChild({ schema: bench.schema, rate, seconds: SECONDS + WARMUP, clients: 8, keys: KEYS, perTx: 1, notify: false })).commits;
     } finally {
       running = false;
       await probing;
       await probe.end();
       await endWal();
     }
-    return { select: select.sort((a, b) => a - b), commit: [], wal: wal.sort((a, b) => a - b), walSelect: walSelect.sort((a, b) => a - b), walRead: fromProducer(commits) };
+    const read = splitWarmup(fromProducer(commits), warmupMs);
+    return { select: steady(select), commit: [], wal: steady(wal), walSelect: steady(walSelect), walRead: read.steady, walReadWarmup: read.warmup };
   }
   const outbox = benchOutbox(bench, false);
   const clients = await connectClients(8);
-  const commit: number[] = [];
+  const commit: [number, number][] = [];
   let committedAt = new Map<string, number>();
   try {
-    ({ committedAt } = await pacedCommits({ rate, seconds: SECONDS, clients: clients.length }, async (t, i) => {
+    ({ committedAt } = await pacedCommits({ rate, seconds: SECONDS + WARMUP, clients: clients.length }, async (t, i) => {
       const c = clients[i]!;
       await c.query('BEGIN');
       const ids = await outbox.enqueue(c, orderEvent(t, t % KEYS));
       const at = performance.now();
       await c.query('COMMIT');
-      commit.push(performance.now() - at);
+      commit.push([at, performance.now() - at]);
       return ids;
     }));
   } finally {
@@ -199,7 +205,8 @@ async function latencyCeiling(bench: Bench, rate: number, mark = false): Promise
     await Promise.all([...clients, probe].map((c) => c.end()));
     await endWal();
   }
-  return { select: select.sort((a, b) => a - b), commit: commit.sort((a, b) => a - b), wal: wal.sort((a, b) => a - b), walSelect: walSelect.sort((a, b) => a - b), walRead: fromProducer([...committedAt].map(([id, t]) => [id, performance.timeOrigin + t] as const)) };
+  const read = splitWarmup(fromProducer([...committedAt].map(([id, t]) => [id, performance.timeOrigin + t] as const)), warmupMs);
+  return { select: steady(select), commit: steady(commit), wal: steady(wal), walSelect: steady(walSelect), walRead: read.steady, walReadWarmup: read.warmup };
 }
 
 /**
@@ -367,7 +374,7 @@ async function producerRate(bench: Bench, wake: 'notify' | 'wal'): Promise<numbe
 }
 
 await withBench('wal', async (bench) => {
-  log(`WAL wake mode vs LISTEN/NOTIFY: latency ${SECONDS} s per rate (${RATES.join(', ')}/s), producers ${CLIENTS} connections x ${PRODUCER_SECONDS} s x ${ROUNDS} rounds, drain ${fmtInt(EVENTS)} events; schema ${bench.schema}`);
+  log(`WAL wake mode vs LISTEN/NOTIFY: latency ${SECONDS} s per rate after ${WARMUP} s of warm-up reported apart (${RATES.join(', ')}/s), producers ${CLIENTS} connections x ${PRODUCER_SECONDS} s x ${ROUNDS} rounds, drain ${fmtInt(EVENTS)} events; schema ${bench.schema}`);
   try {
     const latency: string[][] = [];
     for (let round = 0; round < (SECTIONS.has('latency') ? LATENCY_ROUNDS : 0); round++) {
@@ -375,28 +382,28 @@ await withBench('wal', async (bench) => {
         const ceiling = await latencyCeiling(bench, rate);
         const q = (xs: number[], p: number): string => fmtMs(percentile(xs, p));
         log(`ceiling ${rate}/s, no relay: a bare primary-key SELECT during the same commits p50 ${q(ceiling.select, 50)} ms, p99 ${q(ceiling.select, 99)} ms (${fmtInt(ceiling.select.length)} probes); the producers' COMMIT round trip p50 ${q(ceiling.commit, 50)} ms, p99 ${q(ceiling.commit, 99)} ms`);
-        latency.push([`ceiling: bare PK SELECT`, String(rate), '-', '-', q(ceiling.select, 50), q(ceiling.select, 90), q(ceiling.select, 99), q(ceiling.select, 100)]);
+        latency.push([`ceiling: bare PK SELECT`, String(rate), '-', '-', q(ceiling.select, 50), q(ceiling.select, 90), q(ceiling.select, 99), q(ceiling.select, 100), '-']);
         log(`ceiling ${rate}/s, no relay: server commit -> heard on a bare WAL stream p50 ${q(ceiling.wal, 50)} ms, p99 ${q(ceiling.wal, 99)} ms; -> then one PK SELECT of the row returned p50 ${q(ceiling.walSelect, 50)} ms, p99 ${q(ceiling.walSelect, 99)} ms (${fmtInt(ceiling.walSelect.length)} commits)`);
-        latency.push([`ceiling: WAL heard`, String(rate), '-', '-', q(ceiling.wal, 50), q(ceiling.wal, 90), q(ceiling.wal, 99), q(ceiling.wal, 100)]);
-        latency.push([`ceiling: WAL heard + 1 read`, String(rate), '-', '-', q(ceiling.walSelect, 50), q(ceiling.walSelect, 90), q(ceiling.walSelect, 99), q(ceiling.walSelect, 100)]);
+        latency.push([`ceiling: WAL heard`, String(rate), '-', '-', q(ceiling.wal, 50), q(ceiling.wal, 90), q(ceiling.wal, 99), q(ceiling.wal, 100), '-']);
+        latency.push([`ceiling: WAL heard + 1 read`, String(rate), '-', '-', q(ceiling.walSelect, 50), q(ceiling.walSelect, 90), q(ceiling.walSelect, 99), q(ceiling.walSelect, 100), '-']);
         // The relays' own figures run from the producer's COMMIT returning (the issue's commit-to-sink), which comes
         // after the server's commit: this row is the ceiling on that same clock.
-        latency.push([`ceiling: the same, from COMMIT returned`, String(rate), '-', '-', q(ceiling.walRead, 50), q(ceiling.walRead, 90), q(ceiling.walRead, 99), q(ceiling.walRead, 100)]);
+        latency.push([`ceiling: the same, from COMMIT returned`, String(rate), '-', '-', q(ceiling.walRead, 50), q(ceiling.walRead, 90), q(ceiling.walRead, 99), q(ceiling.walRead, 100), q(ceiling.walReadWarmup, 99)]);
         summary('wal', `ceiling @${rate}/s (no relay): server commit -> heard on a bare WAL stream and one PK SELECT of the row returned p50 ${q(ceiling.walSelect, 50)} ms, p99 ${q(ceiling.walSelect, 99)} ms (heard alone p50 ${q(ceiling.wal, 50)} ms, p99 ${q(ceiling.wal, 99)} ms); from the producer's COMMIT returned, as the relays are measured: p50 ${q(ceiling.walRead, 50)} ms, p99 ${q(ceiling.walRead, 99)} ms`);
         summary('wal', `ceiling @${rate}/s (no relay): a bare primary-key SELECT round trip during the same commits p50 ${q(ceiling.select, 50)} ms, p99 ${q(ceiling.select, 99)} ms; producers' COMMIT p50 ${q(ceiling.commit, 50)} ms, p99 ${q(ceiling.commit, 99)} ms`);
         const bare = await latencyCeiling(bench, rate, true);
         log(`ceiling ${rate}/s, the bare outbox (WAL heard, one PK SELECT, then an UPDATE marking the row; no relay logic): from the server's commit to the read p50 ${q(bare.walSelect, 50)} ms, p99 ${q(bare.walSelect, 99)} ms; from the producer's COMMIT returned p50 ${q(bare.walRead, 50)} ms, p99 ${q(bare.walRead, 99)} ms`);
-        latency.push([`ceiling: bare outbox (+ its marks), from COMMIT returned`, String(rate), '-', '-', q(bare.walRead, 50), q(bare.walRead, 90), q(bare.walRead, 99), q(bare.walRead, 100)]);
+        latency.push([`ceiling: bare outbox (+ its marks), from COMMIT returned`, String(rate), '-', '-', q(bare.walRead, 50), q(bare.walRead, 90), q(bare.walRead, 99), q(bare.walRead, 100), q(bare.walReadWarmup, 99)]);
         summary('wal', `ceiling @${rate}/s, the bare outbox (WAL heard, one read, one UPDATE per event; no relay logic), from the producer's COMMIT returned: p50 ${q(bare.walRead, 50)} ms, p99 ${q(bare.walRead, 99)} ms`);
         const variants = MARKS.flatMap((marks) => WHILE_MARKING.map((whileMarking) => ({ marks, whileMarking })));
         for (const wake of MODES) {
           for (const { marks, whileMarking } of round % 2 === 0 ? variants : [...variants].reverse()) {
             const mode = [wake, ...(MARKS.length > 1 ? [`${marks} marks`] : []), ...(WHILE_MARKING.length > 1 ? [`claims while marking ${whileMarking}`] : [])].join(', ');
             const stages = STAGES ? new StageTrace(() => performance.timeOrigin + performance.now(), whileMarking === 'on') : undefined;
-            const r = await measureCommitToAck(bench, { rate, seconds: SECONDS, clients: 8, keys: KEYS, notify: wake === 'notify', pollIntervalMs: 1000, wake, transport: 'noop', ...(stages ? { stages } : {}), synchronousMarks: marks === 'sync', producersInChild: PRODUCERS_IN_CHILD, ...(LATENCY_LANES > 0 ? { lanes: LATENCY_LANES } : {}) });
-            log(`${mode} ${rate}/s: ${fmtInt(r.acked)}/${fmtInt(r.produced)} acked, p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms, max ${fmtMs(r.max)} ms (target in WAL mode: p50 <= 1.0, p99 <= 5); event-loop delay p99 ${fmtMs(r.loopDelayP99)} ms; this process's CPU ${r.cpuUsPerEvent.toFixed(0)} µs per event${stages ? '; stages:' : ' (stages not timed)'}`);
+            const r = await measureCommitToAck(bench, { rate, seconds: SECONDS, warmupSeconds: WARMUP, clients: 8, keys: KEYS, notify: wake === 'notify', pollIntervalMs: 1000, wake, transport: 'noop', ...(stages ? { stages } : {}), synchronousMarks: marks === 'sync', producersInChild: PRODUCERS_IN_CHILD, ...(LATENCY_LANES > 0 ? { lanes: LATENCY_LANES } : {}) });
+            log(`${mode} ${rate}/s: ${fmtInt(r.acked)}/${fmtInt(r.produced)} acked, p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms, max ${fmtMs(r.max)} ms (target in WAL mode: p50 <= 1.0, p99 <= 5); the first ${WARMUP} s (${fmtInt(r.warmup.events)} events, not counted above) p50 ${fmtMs(r.warmup.p50)} ms, p99 ${fmtMs(r.warmup.p99)} ms, max ${fmtMs(r.warmup.max)} ms; event-loop delay p99 ${fmtMs(r.loopDelayP99)} ms; this process's CPU ${r.cpuUsPerEvent.toFixed(0)} µs per event${stages ? '; stages:' : ' (stages not timed)'}`);
             for (const line of stages?.lines() ?? []) console.log(line);
-            latency.push([mode, String(rate), fmtInt(r.achievedRate), `${fmtInt(r.acked)}/${fmtInt(r.produced)}`, fmtMs(r.p50), fmtMs(r.p90), fmtMs(r.p99), fmtMs(r.max)]);
+            latency.push([mode, String(rate), fmtInt(r.achievedRate), `${fmtInt(r.acked)}/${fmtInt(r.produced)}`, fmtMs(r.p50), fmtMs(r.p90), fmtMs(r.p99), fmtMs(r.max), fmtMs(r.warmup.p99)]);
             summary('wal', `${mode} @${rate}/s: commit-to-publish p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms`);
           }
         }
@@ -446,7 +453,7 @@ await withBench('wal', async (bench) => {
       summary('wal', `${wake}${flags.length ? ` (${flags.join(' ')})` : ''}: drain ${fmtInt(perSec(r.published, r.ms))} events/s, relay RSS max ${mb(r.rssMax)} MB (target <= ${TARGET.rssMb} MB in WAL mode)`);
     }
     console.log('');
-    if (latency.length > 0) printTable(['wake', 'rate/s', 'achieved/s', 'acked/produced', `p50 ms (WAL target <= ${TARGET.p50Ms})`, 'p90 ms', `p99 ms (WAL target <= ${TARGET.p99Ms})`, 'max ms'], latency);
+    if (latency.length > 0) printTable(['wake', 'rate/s', 'achieved/s', 'acked/produced', `p50 ms (WAL target <= ${TARGET.p50Ms})`, 'p90 ms', `p99 ms (WAL target <= ${TARGET.p99Ms})`, 'max ms', WARMUP > 0 ? `p99 ms of the first ${WARMUP} s (not above)` : 'warm-up p99 (none)'], latency);
     console.log('');
     if (claimRows.length > 0) printTable(['wake', 'claim calls per event', 'empty', 'ordinary claim queries per event', 'claims by seq per event', 'answered without a query', 'published'], claimRows);
     console.log('');
