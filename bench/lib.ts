@@ -22,12 +22,12 @@ export function envInt(name: string, fallback: number): number {
 }
 
 /** A comma-separated integer list from the environment (`BENCH_BATCH_SIZES=200,500`), or the default. */
-export function envList(name: string, fallback: readonly number[]): number[] {
+export function envList(name: string, fallback: readonly number[], min = 1): number[] {
   const raw = process.env[name];
   if (raw === undefined || raw === '') return [...fallback];
   return raw.split(',').map((s) => {
     const n = Number(s.trim());
-    if (!Number.isSafeInteger(n) || n <= 0) throw new Error(`${name} must be a list of positive integers, got ${raw}`);
+    if (!Number.isSafeInteger(n) || n < min) throw new Error(`${name} must be a list of integers of at least ${min}, got ${raw}`);
     return n;
   });
 }

@@ -26,7 +26,7 @@
  * The drain section also starts an idle relay process (no events, 3 s) and reports its RSS: the
  * floor of a relay process here (node, tsx, pg, txbox loaded), next to the drains' maxima.
  *
- * The cost of slots: with BENCH_SLOTS streams open on the outbox's publication
+ * The cost of slots: with BENCH_SLOTS streams open on the outbox's publication (0: none, the producers' ceiling)
  * (no relay), unpaced producers for BENCH_PRODUCER_SECONDS; the walsenders' CPU
  * (from /proc) per second and per 1,000 outbox commits, and the time to create
  * a temporary slot and start streaming. Then, per rate of BENCH_RATES and per
@@ -53,7 +53,8 @@ const ROUNDS = envInt('BENCH_ROUNDS', 2);
 const EVENTS = envInt('BENCH_EVENTS', 200_000);
 const KEYS = envInt('BENCH_KEYS', 1000);
 const MODES = ['notify', 'wal'] as const;
-const SLOTS = envList('BENCH_SLOTS', [1, 3]);
+/** BENCH_SLOTS: 0 is the producers' rate with no stream open, the ceiling of the WAL mode's producers. */
+const SLOTS = envList('BENCH_SLOTS', [1, 3], 0);
 const DRAIN_REPEAT = envInt('BENCH_DRAIN_REPEAT', 2);
 const DRAIN_FLAGS = (process.env.BENCH_DRAIN_NODE_FLAGS ?? '').split('|').map((f) => f.split(' ').filter(Boolean));
 const BUILD = process.env.BENCH_RELAY_BUILD === 'dist' ? 'dist' : 'src';
@@ -321,6 +322,7 @@ async function slotCost(bench: Bench, slots: number): Promise<string[]> {
     const commits = stores.reduce((a, s) => a + s.wakeups(), 0) - wakeupsBefore;
     const lag = Math.max(0, ...(await walSlots(bench.connection, bench.names)).map((s) => s.lagBytes));
     log(`${slots} slot(s): ${fmtInt(perSec(r.count, r.ms))} tx/s, ${fmtInt(commits)} wake-ups, walsenders ${fmtInt(total)} ms CPU (${(total / (r.ms / 1000)).toFixed(0)} ms/s), slot start ${startMs.map((m) => m.toFixed(1)).join(', ')} ms, max lag at the end ${fmtInt(lag)} bytes`);
+    if (slots === 0) return ['0 (no stream)', fmtInt(perSec(r.count, r.ms)), '-', '-', '-', '-'];
     return [String(slots), fmtInt(perSec(r.count, r.ms)), (total / (r.ms / 1000) / slots).toFixed(0), ((1000 * total) / Math.max(1, r.count) / slots).toFixed(1), median(startMs).toFixed(1), fmtInt(lag)];
   } finally {
     for (const s of stores) await s.close();
@@ -426,7 +428,7 @@ await withBench('wal', async (bench) => {
     const slotRows: string[][] = [];
     for (const n of SECTIONS.has('slots') ? SLOTS : []) slotRows.push(await slotCost(bench, n));
     const wakeRows: string[][] = [];
-    for (const rate of SECTIONS.has('slots') ? RATES : []) for (const n of SLOTS) wakeRows.push(await slotWake(bench, n, rate));
+    for (const rate of SECTIONS.has('slots') ? RATES : []) for (const n of SLOTS) if (n > 0) wakeRows.push(await slotWake(bench, n, rate));
     const drain: string[][] = [];
     if (SECTIONS.has('drain')) {
       // The floor: a relay process with nothing to claim (empty outbox), for 3 s.
