@@ -503,7 +503,7 @@ await withBench('peer', async (bench) => {
                 m.warm?.txbox.push(r.warmup.p99);
               }
             }
-            log(`round ${round} latency @${rate}/s: ${who === 'gw' ? 'graphile-worker' : `txbox (${who})`} p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms (${fmtInt(r.acked)}/${fmtInt(r.produced)} acked); the first ${WARMUP} s, not counted: p50 ${fmtMs(r.warmup.p50)} ms, p99 ${fmtMs(r.warmup.p99)} ms, max ${fmtMs(r.warmup.max)} ms`);
+            log(`round ${round} latency @${rate}/s: ${who === 'gw' ? 'graphile-worker' : `txbox (${who})`} p50 ${fmtMs(r.p50)} ms, p99 ${fmtMs(r.p99)} ms (${fmtInt(r.acked)}/${fmtInt(r.produced)} acked)${WARMUP > 0 ? `; the first ${WARMUP} s, not counted: p50 ${fmtMs(r.warmup.p50)} ms, p99 ${fmtMs(r.warmup.p99)} ms, max ${fmtMs(r.warmup.max)} ms` : ''}`);
           }
         }
       }
