@@ -13,6 +13,11 @@
  * outbox's name that does not cover it: rows of other tables used to be read
  * as the outbox's, and a publication for another table was streamed as if it
  * were the outbox's (the relay heard nothing, silently).
+ *
+ * Guards (they passed when written): the key and seq are still read after the
+ * table's columns change under a running stream (a migration while relays
+ * stream), and a commit announces none of the rows of a savepoint rolled back
+ * or of a transaction rolled back.
  */
 import { after, before, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -150,4 +155,71 @@ it('ensurePublication refuses a publication of the outbox name that does not pub
     await dropPublication(db.connection, names);
   }
   assert.equal(await ensurePublication(db.connection, names), true);
+});
+
+it('the stream reads the key and seq after the table changes under it (a column dropped before them, one added)', async () => {
+  // A migration run while relays stream (txbox's own add columns): pgoutput sends a new Relation
+  // message before the first row in the new shape, and dropped columns leave the row's column list.
+  const shaped = `${table}_shape`;
+  await client.query(`CREATE TABLE ${shaped} (a text, seq bigserial PRIMARY KEY, b text, key text NOT NULL)`);
+  await client.query(`CREATE PUBLICATION ${shaped} FOR TABLE ${shaped} WITH (publish = 'insert')`);
+  const commits: WalCommit[] = [];
+  const stream = await openWalStream({
+    client: { connectionString: DATABASE_URL },
+    slot: `${shaped}_s`,
+    publication: shaped,
+    onCommit: (c) => commits.push(c),
+    onEnd: () => {},
+  });
+  const keys = (c: WalCommit): string[] | null => c.keys?.map((k) => Buffer.from(k).toString('utf8')) ?? null;
+  try {
+    await client.query(`INSERT INTO ${shaped} (a, b, key) VALUES ('x', 'y', 'k1')`);
+    await client.query(`ALTER TABLE ${shaped} DROP COLUMN a`);
+    await client.query(`INSERT INTO ${shaped} (b, key) VALUES ('y', 'k2')`);
+    await client.query(`ALTER TABLE ${shaped} ADD COLUMN c jsonb NOT NULL DEFAULT '{}'`);
+    await client.query(`INSERT INTO ${shaped} (b, key, c) VALUES ('y', 'k3', '{"z": 1}')`);
+    await client.query(`ALTER TABLE ${shaped} DROP COLUMN b`);
+    await client.query(`INSERT INTO ${shaped} (key) VALUES ('k4'), ('k5')`);
+    await waitFor('four commits', () => commits.length >= 4, 10_000);
+    assert.deepEqual(commits.map(keys), [['k1'], ['k2'], ['k3'], ['k4', 'k5']]);
+    assert.deepEqual(commits.map((c) => c.seqs), [[1], [2], [3], [4, 5]]);
+  } finally {
+    await stream.close();
+    await client.query(`DROP PUBLICATION IF EXISTS ${shaped}`).catch(() => {});
+    await client.query(`DROP TABLE IF EXISTS ${shaped}`).catch(() => {});
+  }
+});
+
+it('a commit announces only the rows that survived it: none of a savepoint rolled back, none of a rolled-back transaction', async () => {
+  const commits: WalCommit[] = [];
+  const stream = await openWalStream({
+    client: { connectionString: DATABASE_URL },
+    slot: `${table}_sp`,
+    publication: table,
+    onCommit: (c) => commits.push(c),
+    onEnd: () => {},
+  });
+  const keys = (c: WalCommit): string[] | null => c.keys?.map((k) => Buffer.from(k).toString('utf8')) ?? null;
+  try {
+    await client.query('BEGIN');
+    await client.query(`INSERT INTO ${table} (key) VALUES ('kept1')`);
+    await client.query('SAVEPOINT s');
+    await client.query(`INSERT INTO ${table} (key) VALUES ('gone')`);
+    await client.query('ROLLBACK TO SAVEPOINT s');
+    await client.query(`INSERT INTO ${table} (key) VALUES ('kept2')`);
+    await client.query('COMMIT');
+    await client.query('BEGIN');
+    await client.query(`INSERT INTO ${table} (key) VALUES ('never')`);
+    await client.query('ROLLBACK');
+    await client.query(`INSERT INTO ${table} (key) VALUES ('after')`);
+    await waitFor('two commits', () => commits.length >= 2, 10_000);
+    await new Promise((r) => setTimeout(r, 200));
+    assert.deepEqual(commits.map(keys), [['kept1', 'kept2'], ['after']]);
+    // Sequences are not transactional: the rolled-back rows used up the seqs between.
+    const [a, b] = commits[0]!.seqs;
+    assert.deepEqual(commits.map((c) => c.seqs), [[a, a! + 2], [a! + 4]]);
+    assert.equal(b, a! + 2);
+  } finally {
+    await stream.close();
+  }
 });
