@@ -49,16 +49,25 @@ after(async () => {
   await db.close();
 });
 
-it('the stream keeps at most maxRowsPerCommit rows of a transaction: a larger one is announced with keys null', async () => {
+/** A stream of `publication` on slot `slot` whose commits land in the returned list. */
+async function recordCommits(slot: string, publication: string, more: Partial<Parameters<typeof openWalStream>[0]> = {}): Promise<{ commits: WalCommit[]; stream: Awaited<ReturnType<typeof openWalStream>> }> {
   const commits: WalCommit[] = [];
   const stream = await openWalStream({
     client: { connectionString: DATABASE_URL },
-    slot: `${table}_s`,
-    publication: table,
-    maxRowsPerCommit: 100,
+    slot,
+    publication,
     onCommit: (c) => commits.push(c),
     onEnd: () => {},
+    ...more,
   });
+  return { commits, stream };
+}
+
+/** A commit's keys as text (null: not read). */
+const keysOf = (c: WalCommit): string[] | null => c.keys?.map((k) => Buffer.from(k).toString('utf8')) ?? null;
+
+it('the stream keeps at most maxRowsPerCommit rows of a transaction: a larger one is announced with keys null', async () => {
+  const { commits, stream } = await recordCommits(`${table}_s`, table, { maxRowsPerCommit: 100 });
   try {
     const insert = (n: number) => client.query(`INSERT INTO ${table} (key, payload) SELECT 'k' || (g % 7), 'x' FROM generate_series(1, ${n}) g`);
     await insert(100);
@@ -112,15 +121,7 @@ it('the stream reads only the outbox table: rows another table of the same publi
   const other = `${table}_other`;
   await client.query(`CREATE TABLE ${other} (seq bigserial PRIMARY KEY, key text NOT NULL)`);
   await client.query(`ALTER PUBLICATION ${table} ADD TABLE ${other}`);
-  const commits: WalCommit[] = [];
-  const stream = await openWalStream({
-    client: { connectionString: DATABASE_URL },
-    slot: `${table}_f`,
-    publication: table,
-    table: { schema: 'public', name: table },
-    onCommit: (c) => commits.push(c),
-    onEnd: () => {},
-  });
+  const { commits, stream } = await recordCommits(`${table}_f`, table, { table: { schema: 'public', name: table } });
   try {
     await client.query(`INSERT INTO ${other} (key) VALUES ('a'), ('b')`);
     await client.query(`BEGIN; INSERT INTO ${other} (key) VALUES ('c'); INSERT INTO ${table} (key) VALUES ('mine'); COMMIT`);
@@ -163,15 +164,7 @@ it('the stream reads the key and seq after the table changes under it (a column 
   const shaped = `${table}_shape`;
   await client.query(`CREATE TABLE ${shaped} (a text, seq bigserial PRIMARY KEY, b text, key text NOT NULL)`);
   await client.query(`CREATE PUBLICATION ${shaped} FOR TABLE ${shaped} WITH (publish = 'insert')`);
-  const commits: WalCommit[] = [];
-  const stream = await openWalStream({
-    client: { connectionString: DATABASE_URL },
-    slot: `${shaped}_s`,
-    publication: shaped,
-    onCommit: (c) => commits.push(c),
-    onEnd: () => {},
-  });
-  const keys = (c: WalCommit): string[] | null => c.keys?.map((k) => Buffer.from(k).toString('utf8')) ?? null;
+  const { commits, stream } = await recordCommits(`${shaped}_s`, shaped);
   try {
     await client.query(`INSERT INTO ${shaped} (a, b, key) VALUES ('x', 'y', 'k1')`);
     await client.query(`ALTER TABLE ${shaped} DROP COLUMN a`);
@@ -181,7 +174,7 @@ it('the stream reads the key and seq after the table changes under it (a column 
     await client.query(`ALTER TABLE ${shaped} DROP COLUMN b`);
     await client.query(`INSERT INTO ${shaped} (key) VALUES ('k4'), ('k5')`);
     await waitFor('four commits', () => commits.length >= 4, 10_000);
-    assert.deepEqual(commits.map(keys), [['k1'], ['k2'], ['k3'], ['k4', 'k5']]);
+    assert.deepEqual(commits.map(keysOf), [['k1'], ['k2'], ['k3'], ['k4', 'k5']]);
     assert.deepEqual(commits.map((c) => c.seqs), [[1], [2], [3], [4, 5]]);
   } finally {
     await stream.close();
@@ -191,15 +184,7 @@ it('the stream reads the key and seq after the table changes under it (a column 
 });
 
 it('a commit announces only the rows that survived it: none of a savepoint rolled back, none of a rolled-back transaction', async () => {
-  const commits: WalCommit[] = [];
-  const stream = await openWalStream({
-    client: { connectionString: DATABASE_URL },
-    slot: `${table}_sp`,
-    publication: table,
-    onCommit: (c) => commits.push(c),
-    onEnd: () => {},
-  });
-  const keys = (c: WalCommit): string[] | null => c.keys?.map((k) => Buffer.from(k).toString('utf8')) ?? null;
+  const { commits, stream } = await recordCommits(`${table}_sp`, table);
   try {
     await client.query('BEGIN');
     await client.query(`INSERT INTO ${table} (key) VALUES ('kept1')`);
@@ -214,7 +199,7 @@ it('a commit announces only the rows that survived it: none of a savepoint rolle
     await client.query(`INSERT INTO ${table} (key) VALUES ('after')`);
     await waitFor('two commits', () => commits.length >= 2, 10_000);
     await new Promise((r) => setTimeout(r, 200));
-    assert.deepEqual(commits.map(keys), [['kept1', 'kept2'], ['after']]);
+    assert.deepEqual(commits.map(keysOf), [['kept1', 'kept2'], ['after']]);
     // Sequences are not transactional: the rolled-back rows used up the seqs between.
     const [a, b] = commits[0]!.seqs;
     assert.deepEqual(commits.map((c) => c.seqs), [[a, a! + 2], [a! + 4]]);
