@@ -21,10 +21,11 @@
  * or more each time, and the relay's publish timeout ran out: 431 to 1,317
  * duplicate deliveries, 23 to 34 events/s, a median delivery of 13 s.)
  */
-import type { Firestore } from '@google-cloud/firestore';
+import type { DocumentReference, Firestore } from '@google-cloud/firestore';
 import type { PGlite } from '@electric-sql/pglite';
 import type { OutboxEvent } from '../../core/envelope.ts';
 import { createOutbox } from '../../core/outbox.ts';
+import { uuidv7 } from '../../core/uuid.ts';
 import { FirestoreOutboxStore } from '../../stores/firestore/firestore-outbox-store.ts';
 import { FirestoreRelayStore } from '../../stores/firestore/firestore-relay-store.ts';
 import { firestoreNames } from '../../stores/firestore/firestore-names.ts';
@@ -33,6 +34,9 @@ import type { FirestoreLocation } from '../backends/firestore-url.ts';
 import type { DemoBackend } from './demo-backend.ts';
 import { InventoryService } from './inventory-service.ts';
 import { OrderCreated, PaymentCaptured, RolledBack, type CommittedEvent } from './order-service.ts';
+
+/** gRPC's ALREADY_EXISTS, as Firestore's errors carry it in `code`. */
+const ALREADY_EXISTS = 6;
 
 export async function openFirestoreDemo(where: FirestoreLocation, id: string): Promise<DemoBackend> {
   const { connectFirestore } = await import('../backends/firestore-backend.ts');
@@ -53,6 +57,25 @@ export async function openFirestoreDemo(where: FirestoreLocation, id: string): P
     return run;
   };
   const outbox = createOutbox({ store: new FirestoreOutboxStore({ firestore: db, collection: names.collection }), events: [OrderCreated, PaymentCaptured] });
+  /**
+   * A transaction whose commit the server applied but whose answer was lost or an error (a
+   * deadline, UNAVAILABLE; the emulator under load does it too) is run again by the client, and
+   * its `create` of the same document then fails with ALREADY_EXISTS although the first attempt
+   * committed, event included. The document it creates keeps the event's id and version, so the
+   * outcome is read back from it instead of failing a write that happened. Also makes a repeated
+   * call with the same order or payment id answer with what the first one committed.
+   */
+  const committedBefore = async (run: Promise<CommittedEvent>, doc: DocumentReference, key: string, version?: number): Promise<CommittedEvent> => {
+    try {
+      return await run;
+    } catch (err) {
+      if ((err as { code?: unknown }).code !== ALREADY_EXISTS) throw err;
+      const written = await doc.get();
+      const id = written.get('eventId') as unknown;
+      if (!written.exists || typeof id !== 'string') throw err;
+      return { id, key, version: version ?? Number(written.get('version')) };
+    }
+  };
 
   // The inventory service: a database of its own (embedded PGlite), its inbox and projection there.
   const { PGlite } = await importOptional('the demo on Firestore (its inventory service runs on embedded PGlite)', () => import('@electric-sql/pglite'));
@@ -69,28 +92,42 @@ export async function openFirestoreDemo(where: FirestoreLocation, id: string): P
     },
     relayStore: () => new FirestoreRelayStore({ firestore: db, collection: names.collection }),
     createOrder(orderId, customer, total, rollback): Promise<CommittedEvent> {
-      return db.runTransaction(async (tx) => {
-        tx.create(orders.doc(orderId), { customer, total, paid: 0, version: 1 });
-        const [eventId] = await outbox.enqueue(tx, OrderCreated({ aggregateId: orderId, version: 1, payload: { orderId, customer, total } }));
-        if (rollback) throw new RolledBack();
-        return { id: eventId!, key: `Order:${orderId}`, version: 1 };
-      });
+      // The event's id is chosen once and kept with the order: see committedBefore.
+      const eventId = uuidv7();
+      const key = `Order:${orderId}`;
+      return committedBefore(
+        db.runTransaction(async (tx) => {
+          tx.create(orders.doc(orderId), { customer, total, paid: 0, version: 1, eventId });
+          await outbox.enqueue(tx, OrderCreated({ id: eventId, aggregateId: orderId, version: 1, payload: { orderId, customer, total } }));
+          if (rollback) throw new RolledBack();
+          return { id: eventId, key, version: 1 };
+        }),
+        orders.doc(orderId),
+        key,
+        1, // the order's document goes on to later versions; its creation is version 1
+      );
     },
     capturePayment(orderId, paymentId, amount, rollback): Promise<CommittedEvent> {
       // Reading the order serializes its writers: Firestore commits them one after the other, in version order.
       // Writers of other processes could still contend: allow more attempts than the default 5.
-      return inTurn(orderId, () => db.runTransaction(
-        async (tx) => {
-          const order = await tx.get(orders.doc(orderId));
-          const version = Number(order.get('version')) + 1;
-          const paidTotal = Number(order.get('paid')) + amount;
-          tx.update(order.ref, { paid: paidTotal, version });
-          tx.create(payments.doc(paymentId), { orderId, amount });
-          const [eventId] = await outbox.enqueue(tx, PaymentCaptured({ aggregateId: orderId, version, payload: { orderId, paymentId, amount, paidTotal } }));
-          if (rollback) throw new RolledBack();
-          return { id: eventId!, key: `Order:${orderId}`, version };
-        },
-        { maxAttempts: 50 },
+      const eventId = uuidv7();
+      const key = `Order:${orderId}`;
+      return inTurn(orderId, () => committedBefore(
+        db.runTransaction(
+          async (tx) => {
+            const order = await tx.get(orders.doc(orderId));
+            const version = Number(order.get('version')) + 1;
+            const paidTotal = Number(order.get('paid')) + amount;
+            tx.update(order.ref, { paid: paidTotal, version });
+            tx.create(payments.doc(paymentId), { orderId, amount, version, eventId });
+            await outbox.enqueue(tx, PaymentCaptured({ id: eventId, aggregateId: orderId, version, payload: { orderId, paymentId, amount, paidTotal } }));
+            if (rollback) throw new RolledBack();
+            return { id: eventId, key, version };
+          },
+          { maxAttempts: 50 },
+        ),
+        payments.doc(paymentId),
+        key,
       ));
     },
     deliver: (event: OutboxEvent) => inventory.deliver(event),
