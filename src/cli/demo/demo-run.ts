@@ -60,6 +60,11 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
         ? await (await importOptional('the demo on Firestore', () => import('./firestore-demo.ts'))).openFirestoreDemo(o.firestore!, id)
         : await openDemoDatabase(o.databaseUrl, schema);
   let relay: Relay | undefined;
+  let crashTimer: NodeJS.Timeout | undefined;
+  let ticker: NodeJS.Timeout | undefined;
+  // The simulated crash in progress (abort, then a new relay's start), and the first one that failed.
+  let crashCycle: Promise<void> = Promise.resolve();
+  let crashError: unknown;
   try {
     await backend.setup();
     await o.sink.start((event) => backend.deliver(event));
@@ -90,7 +95,8 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
     let rolledBack = 0;
     let committedCount = 0;
     let inFlight = 0; // transactions started but not finished: no overshoot of o.events
-    const stopped = (): boolean => o.signal?.aborted ?? false;
+    // A relay that could not be restarted ends the run (with its error, thrown below).
+    const stopped = (): boolean => (o.signal?.aborted ?? false) || crashError !== undefined;
     let restarts = 0;
     const started = performance.now();
 
@@ -129,22 +135,23 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
       }
     };
     let crashing = false;
-    const crashTimer =
+    crashTimer =
       o.crashEveryMs > 0
         ? setInterval(() => {
-            if (crashing) return;
+            if (crashing || crashError !== undefined) return;
             crashing = true;
-            void (async () => {
+            crashCycle = (async () => {
               await relay!.abort();
               restarts++;
               relay = newRelay();
               await relay.start();
-              crashing = false;
-            })();
+            })()
+              .catch((err: unknown) => void (crashError ??= err))
+              .finally(() => (crashing = false));
           }, o.crashEveryMs)
         : undefined;
     const uniqueDelivered = (): number => new Set(o.sink.arrivals.map((a) => a.id)).size;
-    const ticker = setInterval(() => {
+    ticker = setInterval(() => {
       o.onProgress(
         `committed ${committedCount} | rolled back ${rolledBack} | delivered ${uniqueDelivered()} | relay restarts ${restarts}`,
       );
@@ -153,6 +160,8 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
     await Promise.all(Array.from({ length: o.writers }, writer));
     // Crashes happen while writers run; then the last relay drains what is left.
     clearInterval(crashTimer);
+    await crashCycle;
+    if (crashError !== undefined) throw crashError;
     // Wait for the relay to deliver everything committed (bounded).
     const deadline = performance.now() + 60_000 + o.crashEveryMs;
     let seenIds = new Set<string>();
@@ -168,8 +177,6 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
       projection = await backend.check();
     }
     const elapsedMs = performance.now() - started;
-    clearInterval(crashTimer);
-    while (crashing) await new Promise((r) => setTimeout(r, 20));
     clearInterval(ticker);
     await relay.stop();
 
@@ -197,6 +204,10 @@ export async function runDemo(o: DemoOptions): Promise<DemoReport> {
       projection,
     };
   } finally {
+    // Also when a writer failed: no crash starts after this, and the one in progress ends before the relay stops.
+    clearInterval(crashTimer);
+    clearInterval(ticker);
+    await crashCycle;
     await relay?.stop().catch(() => {});
     await o.sink.close().catch(() => {});
     await backend.close();
