@@ -19,7 +19,7 @@ import { pgConnection, PostgresRelayStore } from 'txbox/postgres';
 import { startRelayWorker, type RelayWorker, type RelayWorkerResult } from './relay-process.ts';
 import type { StageTrace } from './wal-stages.ts';
 import type { ProducerConfig, ProducerMessage } from './producer-process.ts';
-import { benchOutbox, DATABASE_URL, NoopTransport, orderEvent, percentile, resetOutbox, settle, type Bench } from './lib.ts';
+import { benchOutbox, DATABASE_URL, envInt, NoopTransport, orderEvent, percentile, resetOutbox, settle, type Bench } from './lib.ts';
 
 export interface LatencyOptions {
   readonly rate: number;
@@ -82,11 +82,7 @@ export interface WarmupFigures {
  * committed in the first 0.6 s of a 10 s run at 1,000/s were 43-74 of its 100 slowest.
  */
 export function warmupSeconds(): number {
-  const raw = process.env.BENCH_WARMUP_SECONDS;
-  if (raw === undefined || raw === '') return 1;
-  const n = Number(raw);
-  if (!Number.isSafeInteger(n) || n < 0) throw new Error(`BENCH_WARMUP_SECONDS must be a whole number of seconds, 0 or more, got ${raw}`);
-  return n;
+  return envInt('BENCH_WARMUP_SECONDS', 1, 0);
 }
 
 /**

@@ -13,11 +13,11 @@ import { migratePostgres, pgConnection, postgresNames, PostgresOutboxStore, type
 export const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? process.env.TXBOX_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
 /** An integer setting from the environment (`BENCH_EVENTS=20000`), or the default. */
-export function envInt(name: string, fallback: number): number {
+export function envInt(name: string, fallback: number, min = 1): number {
   const raw = process.env[name];
   if (raw === undefined || raw === '') return fallback;
   const n = Number(raw.replace(/_/g, ''));
-  if (!Number.isSafeInteger(n) || n <= 0) throw new Error(`${name} must be a positive integer, got ${raw}`);
+  if (!Number.isSafeInteger(n) || n < min) throw new Error(`${name} must be an integer of at least ${min}, got ${raw}`);
   return n;
 }
 
