@@ -10,16 +10,16 @@
  *   prepared   the same text as a named statement, PostgreSQL's choice of custom or generic plan
  *   function   migration 010's `<table>_complete` (small batches): one plan per session, index lookups
  *   bare       `UPDATE ... WHERE seq = ANY($1)`: the same rows marked with no fence, no held rows, no failures
- *   by-bucket  an experiment, not the store's: the published rows found by one index scan of their seqs
- *              (`seq = ANY`) instead of a join with the unnested input, the fence checked per bucket (the
- *              token the batch holds for each bucket, one per bucket, in a 256-slot array) instead of per
- *              row; publishes only (no failures), prepared
+ *   by-bucket  the store's mark of a batch whose every event was published (completePublishedSql): the
+ *              rows found by one index scan of their seqs (`seq = ANY`) instead of a join with the
+ *              unnested input, the fence checked per bucket (the token the batch holds for each bucket)
+ *              instead of per row; planned per call, and `by-bucket-prepared` the same as a named statement
  *
  *   node --conditions=txbox-source --import tsx bench/complete-statement.ts
  */
 import { Backlog, bareMarkSql, DATABASE_URL, envInt, envList, log, withBench } from './lib.ts';
 import pg from 'pg';
-import { claimSql, completeFnSql, completeSql } from '../src/stores/postgres/postgres-sql.ts';
+import { claimSql, completeFnSql, completePublishedSql, completeSql } from '../src/stores/postgres/postgres-sql.ts';
 
 const EVENTS = envInt('BENCH_EVENTS', 20_000);
 const SIZES = envList('BENCH_SIZES', [1, 8, 32, 64, 128, 500]);
@@ -36,38 +36,19 @@ await withBench('completestmt', async (bench) => {
     const { rows: buckets } = await c.query<{ bucket: number; token: string }>(`SELECT bucket, token FROM ${n.buckets} ORDER BY bucket`);
     const tokenOf = new Map(buckets.map((b) => [b.bucket, b.token]));
     let bucketOfSeq = new Map<string, number>();
+    // completePublishedSql's parameters: the batch's buckets and the token of each (one per bucket here).
+    const byBucket = (values: unknown[]): unknown[] => {
+      const tokens = new Map<number, string>();
+      (values[1] as string[]).forEach((q, i) => tokens.set(bucketOfSeq.get(q)!, (values[2] as string[])[i]!));
+      return [values[0], values[1], [...tokens.keys()], [...tokens.values()]];
+    };
     const forms = {
       'per-call': (values: unknown[]) => ({ text: completeSql(n, false, false), values }),
       prepared: (values: unknown[], size: number) => ({ name: `bench_complete_${size}`, text: completeSql(n, false, false), values }),
       function: (values: unknown[]) => ({ name: 'bench_complete_fn', text: completeFnSql(n, false, false), values }),
       bare: (values: unknown[]) => ({ name: 'bench_bare_mark', text: bareMarkSql(n.outbox), values: [values[1]] }),
-      'by-bucket': (values: unknown[]) => {
-        // The batch's token of each bucket (every row of a bucket was claimed under the same lease here).
-        const tok = new Array<string>(256).fill('0');
-        const seqs = values[1] as string[];
-        const toks = values[2] as string[];
-        seqs.forEach((q, i) => (tok[bucketOfSeq.get(q)!] = toks[i]!));
-        return {
-          name: 'bench_by_bucket',
-          text: `WITH fence AS (
-  SELECT b.bucket FROM ${n.buckets} b
-  WHERE b.owner = $1 AND b.lease_until > now() AND b.token = ($3::bigint[])[b.bucket + 1]
-  ORDER BY b.bucket FOR SHARE
-), lived AS (
-  SELECT ARRAY(SELECT f.bucket IS NOT NULL FROM generate_series(0, 255) g(bucket) LEFT JOIN fence f ON f.bucket = g.bucket ORDER BY g.bucket) AS live
-), published AS (
-  UPDATE ${n.outbox} o SET state = 'published', done_at = now(), attempts = o.attempts + 1, next_attempt_at = NULL
-  WHERE o.seq = ANY($2::bigint[]) AND o.state = 'pending' AND ((SELECT live FROM lived)::boolean[])[o.bucket + 1]
-  RETURNING o.seq, (o.attempts > 1 OR o.last_error IS NOT NULL) AS blocker
-), released AS (
-  UPDATE ${n.outbox} h SET held_by = NULL
-  WHERE h.held_by = ANY(ARRAY(SELECT seq FROM published WHERE blocker)) AND h.state = 'pending' AND h.seq <> ALL($2::bigint[])
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM published)::int AS applied, (SELECT count(*) FROM released)::int AS released, set_config('synchronous_commit', 'off', true) AS async_commit`,
-          values: ['bench', seqs, `{${tok.join(',')}}`],
-        };
-      },
+      'by-bucket': (values: unknown[]) => ({ text: completePublishedSql(n, false, false), values: byBucket(values) }),
+      'by-bucket-prepared': (values: unknown[]) => ({ name: 'bench_by_bucket', text: completePublishedSql(n, false, false), values: byBucket(values) }),
     };
     console.log(`\nms per call, mean of ${CALLS} after 10 (rolled back):`);
     console.log(['events', ...Object.keys(forms)].map((h) => h.padStart(10)).join(''));

@@ -91,13 +91,27 @@ export interface OpenCircuit {
   readonly failedProbes: number;
 }
 
+/** The event a completion is about: its seq, the fencing token it was claimed under, and its bucket. */
+export interface CompletedEvent {
+  readonly seq: number;
+  readonly token: string;
+  /**
+   * The event's bucket, as claimed. Optional: a store may use it to check the fence once per bucket
+   * instead of once per event (the PostgreSQL store does, for a batch whose every event was published
+   * under one token per bucket); without it the store checks each event.
+   */
+  readonly bucket?: number;
+}
+
 /** The outcome of one claimed event, reported back to the store. */
-export type Completion =
-  | { readonly seq: number; readonly token: string; readonly outcome: 'published' }
-  | { readonly seq: number; readonly token: string; readonly outcome: 'retry'; readonly delayMs: number; readonly error: string; readonly routesAcked?: readonly string[] }
-  | { readonly seq: number; readonly token: string; readonly outcome: 'park'; readonly error: string; readonly routesAcked?: readonly string[] }
-  /** Not published because its destination is down: stays pending, not before `delayMs`, attempts unchanged. */
-  | { readonly seq: number; readonly token: string; readonly outcome: 'defer'; readonly delayMs: number; readonly error: string; readonly routesAcked?: readonly string[] };
+export type Completion = CompletedEvent &
+  (
+    | { readonly outcome: 'published' }
+    | { readonly outcome: 'retry'; readonly delayMs: number; readonly error: string; readonly routesAcked?: readonly string[] }
+    | { readonly outcome: 'park'; readonly error: string; readonly routesAcked?: readonly string[] }
+    /** Not published because its destination is down: stays pending, not before `delayMs`, attempts unchanged. */
+    | { readonly outcome: 'defer'; readonly delayMs: number; readonly error: string; readonly routesAcked?: readonly string[] }
+  );
 
 export interface ClaimOptions {
   /** At most this many events. */

@@ -80,7 +80,7 @@ export async function publishBatch(events: readonly StoredEvent[], ctx: BatchCon
       const q = queues.get(event.key)!;
       if (outcome.ok) {
         breakers?.up(event.destination);
-        completions.push({ seq: event.seq, token, outcome: 'published' });
+        completions.push({ seq: event.seq, token, bucket: event.bucket, outcome: 'published' });
         q.shift();
         if (q.length === 0) queues.delete(event.key);
         continue;
@@ -97,7 +97,7 @@ export async function publishBatch(events: readonly StoredEvent[], ctx: BatchCon
         // The call was aborted at another bucket's lease deadline, not on this event's account: not an
         // attempt. Pending again at once, attempts unchanged (the transport may have sent it: at-least-once).
         if (probes.has(event)) breakers!.probeEnded(event.destination);
-        completions.push({ seq: event.seq, token, outcome: 'defer', delayMs: 0, error: 'publish aborted: another bucket of the same transport call ended its lease locally; not an attempt', routesAcked: outcome.acked });
+        completions.push({ seq: event.seq, token, bucket: event.bucket, outcome: 'defer', delayMs: 0, error: 'publish aborted: another bucket of the same transport call ended its lease locally; not an attempt', routesAcked: outcome.acked });
         queues.delete(event.key);
         continue;
       }
@@ -173,7 +173,7 @@ async function callTransport(transport: Transport, events: StoredEvent[], ctx: B
 }
 
 function deferCompletion(event: StoredEvent, token: string, breakers: DestinationBreakers, error: string, routesAcked: readonly string[]): Completion {
-  return { seq: event.seq, token, outcome: 'defer', delayMs: breakers.holdMs(event.destination), error, routesAcked };
+  return { seq: event.seq, token, bucket: event.bucket, outcome: 'defer', delayMs: breakers.holdMs(event.destination), error, routesAcked };
 }
 
 function failureCompletion(
@@ -185,7 +185,7 @@ function failureCompletion(
 ): Completion & { outcome: 'retry' | 'park' } {
   const attempt = event.attempts + 1;
   const message = `${error.kind}: ${error.message}`;
-  const base = { seq: event.seq, token, routesAcked };
+  const base = { seq: event.seq, token, bucket: event.bucket, routesAcked };
   if (error.kind === 'permanent') return { ...base, outcome: 'park', error: scrubErrorText(message) };
   if (attempt >= retry.maxAttempts) {
     return { ...base, outcome: 'park', error: scrubErrorText(`gave up after ${attempt} attempts; last error ${message}`) };

@@ -113,9 +113,10 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
   }
 
   /**
-   * Connects the transport, takes the first leases and starts the claim loops. Resolves once running.
-   * If a transport's start or the first lease tick fails, the transports it opened are closed, the
-   * relay is idle again and start() rejects; it can be called again.
+   * Connects the transports and takes the first leases, at the same time, then starts the claim loops.
+   * Resolves once running. If a transport's start or the first lease tick fails, start() waits for the
+   * other to end, gives back the leases taken and closes the transports it opened; the relay is idle
+   * again and start() rejects (a transport's error first); it can be called again.
    */
   async start(): Promise<void> {
     if (this.#state !== 'idle') throw new Error(`relay is ${this.#state}; create a new relay to start again`);
@@ -123,12 +124,19 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
     this.#stopClaiming = new AbortController();
     this.#stopNow = new AbortController();
     const opened: Transport[] = [];
-    try {
+    const startTransports = async (): Promise<void> => {
+      // One after another: routes may share a transport.
       for (const r of this.options.routes) {
         opened.push(r.transport);
         await r.transport.start?.(this.#stopNow.signal);
       }
-      await this.#tickLeases();
+    };
+    try {
+      // A relay that starts (or takes over from one that crashed) connects to its brokers while the
+      // database answers its first heartbeat and lease: one wait instead of two before it publishes.
+      const [transports, leases] = await Promise.allSettled([startTransports(), this.#tickLeases()]);
+      if (transports.status === 'rejected') throw transports.reason;
+      if (leases.status === 'rejected') throw leases.reason;
       const metrics = this.options.metrics ?? defaultMetrics();
       // Off (metrics: false, or no OpenTelemetry API installed): no metrics work at all on the hot path.
       this.#metrics = metrics === noopMetrics ? undefined : new RelayMetrics(metrics, {

@@ -92,6 +92,20 @@ for (const kind of BACKENDS) {
       });
     }
 
+    for (const deleteOnPublish of [false, true]) {
+      it(`a head published in a large batch that names its buckets (fenced per bucket) releases its key${deleteOnPublish ? ' (deleteOnPublish)' : ''}`, async () => {
+        const { store, leases, a, b } = await fresh(70, { deleteOnPublish });
+        await completeOne(store, leases, a[0]!, 'retry');
+        await db.query(`UPDATE ${table()} SET next_attempt_at = now() - interval '1 second' WHERE seq = $1`, [a[0]]);
+        const batch = await store.claim(leases, ALL);
+        assert.deepEqual(batch.map((e) => e.seq), [a[0], ...b]);
+        const r = await store.complete(RELAY, batch.map((e) => ({ seq: e.seq, token: tokenOf(leases, e.bucket), bucket: e.bucket, outcome: 'published' as const })));
+        assert.deepEqual(r, { applied: 71, rejected: 0 });
+        assert.deepEqual([...(await heldBy()).values()].filter((h) => h !== null), [], 'publishing the head released its key');
+        assert.deepEqual(await claimed(store, leases), a.slice(1), 'then A flows in order');
+      });
+    }
+
     it('a head that fails again keeps its key held; a later event that arrives while blocked is held at the next failure', async () => {
       const { store, leases, a, b } = await fresh(2);
       await completeOne(store, leases, a[0]!, 'retry');

@@ -1,6 +1,8 @@
 /**
  * `Relay.start()` that fails on its first lease tick cleans up (transports
  * closed, relay back to idle) and can be called again (issue 11 item 13).
+ * The transports start while the first lease tick runs; a transport that
+ * fails after the tick took leases leaves none behind.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -33,6 +35,33 @@ class CountingTransport implements Transport {
   }
   async close(): Promise<void> {
     this.closes++;
+  }
+}
+
+/**
+ * A transport whose start() waits until `relayId` holds leases in the database (the first lease tick
+ * ran while it was starting), then fails or succeeds. Gives up after 5 s: a relay that starts its
+ * transports before its first lease tick never gets there.
+ */
+class LeaseWatchingTransport extends CountingTransport {
+  constructor(
+    private readonly db: TestDb,
+    private readonly relayId: () => string,
+  ) {
+    super();
+  }
+  override async start(): Promise<void> {
+    const deadline = Date.now() + 5000;
+    for (;;) {
+      const [row] = await this.db.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM ${postgresNames({ schema: this.db.schema }).buckets} WHERE owner = $1 AND lease_until > now()`,
+        [this.relayId()],
+      );
+      if (row!.n > 0) break;
+      if (Date.now() > deadline) throw new Error('no lease taken while the transport started');
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    await super.start();
   }
 }
 
@@ -88,5 +117,28 @@ describe('relay start failure', () => {
     await relay.start();
     await relay.stop();
     assert.deepEqual([first.starts, first.closes, second.starts, second.closes], [2, 2, 2, 2]);
+  });
+
+  it('the transports start while the first lease tick runs; one that then fails leaves no lease behind', async () => {
+    await migratePostgres(db.connection, postgresNames({ schema: db.schema }));
+    const names = postgresNames({ schema: db.schema });
+    let relayId = '';
+    const transport = new LeaseWatchingTransport(db, () => relayId);
+    transport.failStart = true;
+    const relay = createRelay({ store: new PostgresRelayStore({ schema: db.schema, connection: db.connection }), transport, pollIntervalMs: 20, leaseTtlMs: 3000 });
+    relayId = relay.relayId;
+    await assert.rejects(relay.start(), /connection refused \(injected\)/);
+    assert.deepEqual({ starts: transport.starts, closes: transport.closes }, { starts: 1, closes: 1 });
+    const [held] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${names.buckets} WHERE owner = $1`, [relayId]);
+    assert.equal(held!.n, 0, 'the leases the first tick took are given back');
+    const [row] = await db.query<{ left: boolean }>(`SELECT left_at IS NOT NULL AS left FROM ${names.relays} WHERE relay_id = $1`, [relayId]);
+    assert.equal(row!.left, true, 'the relay is marked left, not counted live by others');
+    transport.failStart = false;
+    await relay.start();
+    try {
+      assert.ok(relay.heldBuckets > 0);
+    } finally {
+      await relay.stop();
+    }
   });
 });

@@ -16,6 +16,7 @@ import {
   claimSeqsSql,
   claimSql,
   completeFnSql,
+  completePublishedSql,
   completeSql,
   heartbeatSql,
   holdSql,
@@ -188,6 +189,7 @@ export class PostgresRelayStore implements RelayStore {
     claimSeqs: string;
     complete: string;
     completeSmall: string;
+    completePublished: string;
     hold: string;
     releaseHeld: string;
   };
@@ -197,7 +199,7 @@ export class PostgresRelayStore implements RelayStore {
   /** The destinations whose parked events do not block, as the relay's claims give them. */
   #skip: readonly string[] = [];
   #releasedHeldAt = Number.NEGATIVE_INFINITY;
-  readonly #names: { claim: string; claimSeqs: string; completeSmall: string };
+  readonly #names: { claim: string; claimSeqs: string; completeSmall: string; completePublished: string };
   readonly #waiters = new Set<Waiter>();
   #unlisten: (() => Promise<void>) | undefined;
   #listening: Promise<void> | undefined;
@@ -273,6 +275,7 @@ export class PostgresRelayStore implements RelayStore {
       claimSeqs: claimSeqsSql(this.names),
       complete: completeSql(this.names, options.deleteOnPublish ?? false, options.synchronousMarks ?? false),
       completeSmall: completeFnSql(this.names, options.deleteOnPublish ?? false, options.synchronousMarks ?? false),
+      completePublished: completePublishedSql(this.names, options.deleteOnPublish ?? false, options.synchronousMarks ?? false),
       hold: holdSql(this.names),
       releaseHeld: releaseHeldSql(this.names),
     };
@@ -284,7 +287,15 @@ export class PostgresRelayStore implements RelayStore {
     // same statement in a PL/pgSQL function (migration 010) that keeps an index-only plan for the session:
     // parsing and planning the statement took longer than running it for a few rows.
     // The claim by seq (WAL mode) calls a PL/pgSQL function, which keeps its plan for the session too.
-    this.#names = { claim: statementName(this.#sql.claim), claimSeqs: statementName(this.#sql.claimSeqs), completeSmall: statementName(this.#sql.completeSmall) };
+    // A large batch whose every event was published (a drain's batches) is marked by completePublishedSql's
+    // statement, fenced per bucket, prepared: its plan (an index scan of the seqs) does not depend on the
+    // batch's size, and it took about a quarter less time than the statement planned per call.
+    this.#names = {
+      claim: statementName(this.#sql.claim),
+      claimSeqs: statementName(this.#sql.claimSeqs),
+      completeSmall: statementName(this.#sql.completeSmall),
+      completePublished: statementName(this.#sql.completePublished),
+    };
   }
 
   async heartbeat(relay: RelayHeartbeat, ttlMs: number) {
@@ -479,6 +490,14 @@ export class PostgresRelayStore implements RelayStore {
 
   async complete(relayId: string, completions: readonly Completion[]) {
     if (completions.length === 0) return { applied: 0, rejected: 0 };
+    const byBucket = completions.length > SMALL_COMPLETE ? publishedByBucket(completions) : undefined;
+    if (byBucket !== undefined) {
+      const params = [relayId, completions.map((c) => c.seq), byBucket.buckets, byBucket.tokens];
+      const { rows } = await this.#db.query<{ applied: number; released: number }>(this.#sql.completePublished, params, this.#names.completePublished);
+      // WAL mode: rows released from a hold are not announced by the stream.
+      if (rows[0]!.released > 0) this.#targets?.forgetAll();
+      return { applied: rows[0]!.applied, rejected: completions.length - rows[0]!.applied };
+    }
     const seqs: number[] = [];
     const tokens: string[] = [];
     const outcomes: number[] = [];
@@ -712,4 +731,21 @@ export class PostgresRelayStore implements RelayStore {
     this.#unlisten = undefined;
     this.#listening = undefined;
   }
+}
+
+/**
+ * The buckets of a batch whose every event was published, and the one token each was claimed
+ * under, for completePublishedSql; undefined when an event failed, has no bucket, or a bucket
+ * comes with two tokens (a mark of batches claimed under two leases of it): those are fenced
+ * per event.
+ */
+function publishedByBucket(completions: readonly Completion[]): { buckets: number[]; tokens: string[] } | undefined {
+  const tokenOf = new Map<number, string>();
+  for (const c of completions) {
+    if (c.outcome !== 'published' || c.bucket === undefined) return undefined;
+    const token = tokenOf.get(c.bucket);
+    if (token === undefined) tokenOf.set(c.bucket, c.token);
+    else if (token !== c.token) return undefined;
+  }
+  return { buckets: [...tokenOf.keys()], tokens: [...tokenOf.values()] };
 }

@@ -265,6 +265,49 @@ SELECT (SELECT count(*) FROM published)::int + (SELECT count(*) FROM failed)::in
 }
 
 /**
+ * completeSql's statement for a batch whose every event was published, with
+ * the fence checked once per bucket instead of once per row: $1 relay id,
+ * $2 seqs, $3 the batch's buckets, $4 the token each was claimed under (one
+ * per bucket: the caller falls back to completeSql when a bucket has two).
+ * Marks the same rows as completeSql with every outcome 0 (a row of a bucket
+ * whose lease is gone, expired or under another token is left as it is) and
+ * answers alike. Faster for a large batch: the rows are found by one index
+ * scan of their seqs, and the fence is an array of the live buckets indexed by
+ * bucket, instead of a join of each unnested row with the lease pairs
+ * (bench/complete-statement.ts: about a quarter less time for 500 rows).
+ */
+export function completePublishedSql(n: PostgresNames, deleteOnPublish: boolean, synchronousCommit = true): string {
+  // live[bucket + 1] is true for the batch's buckets whose lease this relay still holds under the batch's token;
+  // NULL (not marked) past the array's end and for the others.
+  const fenced = `((SELECT live FROM lived)::boolean[])[o.bucket + 1]`;
+  const published = deleteOnPublish
+    ? `DELETE FROM ${n.outbox} o
+  WHERE o.seq = ANY($2::bigint[]) AND o.state = 'pending' AND ${fenced}
+  RETURNING o.seq, o.next_attempt_at IS NOT NULL AS blocker`
+    : `UPDATE ${n.outbox} o SET state = 'published', done_at = now(), attempts = o.attempts + 1, next_attempt_at = NULL
+  WHERE o.seq = ANY($2::bigint[]) AND o.state = 'pending' AND ${fenced}
+  RETURNING o.seq, (o.attempts > 1 OR o.last_error IS NOT NULL) AS blocker`;
+  return `WITH fence AS (
+  SELECT b.bucket FROM ${n.buckets} b
+  JOIN unnest($3::smallint[], $4::bigint[]) AS h(bucket, token) ON b.bucket = h.bucket AND b.token = h.token
+  WHERE b.owner = $1 AND b.lease_until > now()
+  ORDER BY b.bucket
+  FOR SHARE OF b
+), lived AS (
+  SELECT ARRAY(
+    SELECT f.bucket IS NOT NULL FROM generate_series(0, (SELECT coalesce(max(bucket), -1) FROM fence)) g(bucket)
+    LEFT JOIN fence f ON f.bucket = g.bucket ORDER BY g.bucket) AS live
+), published AS (
+  ${published}
+), released AS (
+  ${releaseHeldBy(n, `ARRAY(SELECT seq FROM published WHERE blocker)`, `AND h.seq <> ALL($2::bigint[])`)}
+)
+SELECT (SELECT count(*) FROM published)::int AS applied,
+  (SELECT count(*) FROM released)::int AS released${synchronousCommit ? '' : `,
+  set_config('synchronous_commit', 'off', true) AS async_commit`}`;
+}
+
+/**
  * completeSql's statement through the function of migration 010, which keeps
  * its plan for the session: the same parameters, the same result.
  */

@@ -299,6 +299,69 @@ export function runStoreConformance<Tx>(options: StoreConformanceOptions<Tx>): v
       }
     });
 
+    it('lease fencing of a large published batch that names its buckets: rows of a bucket taken over are not marked, the rest are; a bucket with two tokens in one mark is fenced per row', async () => {
+      // More events than a small mark (a store may fence such a batch per bucket, as the PostgreSQL store does),
+      // over many buckets, and four of one key (one bucket) to hold two tokens.
+      const spread = Array.from({ length: 150 }, (_, i) => Item({ aggregateId: `wide-${i}`, payload: { n: i } }));
+      const same = Array.from({ length: 4 }, (_, i) => Item({ aggregateId: 'wide-same', payload: { n: i } }));
+      const ids = await ns.transaction((tx) => outbox.enqueue(tx, [...spread, ...same]));
+      const [a, b] = [ns.relayStore(), ns.relayStore()];
+      stores.push(a, b);
+      let leasesA: BucketLease[] = [];
+      let leasesB: BucketLease[] = [];
+      try {
+        const { bucketCount } = await a.heartbeat({ relayId: 'wide-a', ...stats }, 60_000);
+        leasesA = await a.lease('wide-a', [], bucketCount, 60_000);
+        const claimTokens = new Map(leasesA.map((l) => [l.bucket, l.token]));
+        const claimed = (await a.claim(leasesA, { limit: 500, skipParkedDestinations: [] })).filter((e) => ids.includes(e.id));
+        assert.equal(claimed.length, ids.length);
+        const sameBucket = claimed.find((e) => e.id === ids[150])!.bucket;
+        const tokenIn = (leases: readonly BucketLease[], bucket: number) => leases.find((l) => l.bucket === bucket)!.token;
+        // b takes over half of the batch's other buckets: a gives them up, b leases what is free.
+        const batchBuckets = [...new Set(claimed.map((e) => e.bucket))].filter((x) => x !== sameBucket);
+        const moved = new Set(batchBuckets.filter((_, i) => i % 2 === 0));
+        await a.release('wide-a', leasesA.filter((l) => moved.has(l.bucket)));
+        await b.heartbeat({ relayId: 'wide-b', ...stats }, 60_000);
+        leasesB = await b.lease('wide-b', [], moved.size, 60_000);
+        assert.deepEqual(new Set(leasesB.map((l) => l.bucket)), moved, 'b holds the buckets a gave up');
+        // a gives up the four events' bucket and takes it again: a new token.
+        const oldToken = tokenIn(leasesA, sameBucket);
+        await a.release('wide-a', leasesA.filter((l) => l.bucket === sameBucket));
+        const kept = leasesA.filter((l) => !moved.has(l.bucket) && l.bucket !== sameBucket);
+        leasesA = await a.lease('wide-a', kept, 1, 60_000);
+        const newToken = tokenIn(leasesA, sameBucket);
+        assert.notEqual(newToken, oldToken, 'a bucket leased again has a new token');
+
+        // a marks the whole batch published, each row under the token it was claimed with, except the rows of
+        // the four events' bucket: the first two under the old token, the others under the new one.
+        const underOldToken = new Set(claimed.filter((e) => e.bucket === sameBucket).slice(0, 2).map((e) => e.id));
+        const completions = claimed.map((e) => ({
+          seq: e.seq,
+          token: e.bucket === sameBucket ? (underOldToken.has(e.id) ? oldToken : newToken) : claimTokens.get(e.bucket)!,
+          bucket: e.bucket,
+          outcome: 'published' as const,
+        }));
+        const movedRows = claimed.filter((e) => moved.has(e.bucket)).length;
+        const result = await a.complete('wide-a', completions);
+        assert.deepEqual(result, { applied: ids.length - movedRows - 2, rejected: movedRows + 2 });
+        const rows = new Map((await rowsOf(ids)).map((r) => [r.id, r]));
+        for (const e of claimed) {
+          const fenced = moved.has(e.bucket) || underOldToken.has(e.id);
+          assert.equal(rows.get(e.id)!.state, fenced ? 'pending' : 'published', `${e.id} ${fenced ? 'fenced off' : 'marked'}`);
+        }
+
+        // The new holder marks the rows of its buckets, with their buckets named.
+        const again = (await b.claim(leasesB, { limit: 500, skipParkedDestinations: [] })).filter((e) => ids.includes(e.id));
+        assert.equal(again.length, movedRows);
+        const done = await b.complete('wide-b', again.map((e) => ({ seq: e.seq, token: tokenIn(leasesB, e.bucket), bucket: e.bucket, outcome: 'published' as const })));
+        assert.deepEqual(done, { applied: movedRows, rejected: 0 });
+      } finally {
+        await a.leave('wide-a', leasesA);
+        await b.leave('wide-b', leasesB);
+        await stopAll();
+      }
+    });
+
     it('a lease call hands back only the leases it renewed or acquired: a live bucket the relay owns but did not present is not returned unrenewed', async () => {
       const [a, b] = [ns.relayStore(), ns.relayStore()];
       stores.push(a, b);
