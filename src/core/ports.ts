@@ -175,6 +175,14 @@ export interface RelayStore {
    */
   claimWhileMarking?(leases: readonly BucketLease[], options: ClaimOptions): Promise<StoredEvent[] | null>;
   /**
+   * Optional: readies `connections` connections for the claims and marks
+   * (opens them and runs once what a connection's first claim or mark would
+   * compile), so that a relay's first batches after start do not pay for it.
+   * The relay calls it at start with its lane count, beside the transports'
+   * start and the first lease tick. Best effort: resolves, never rejects.
+   */
+  warm?(connections: number): Promise<void>;
+  /**
    * Applies outcomes in one statement, fenced (`routesAcked` of a failed
    * event are remembered so those routes are not sent it again): a row changes only if the relay
    * still holds its bucket with the same token and the lease has not expired.

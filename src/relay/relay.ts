@@ -113,7 +113,8 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
   }
 
   /**
-   * Connects the transports and takes the first leases, at the same time, then starts the claim loops.
+   * Connects the transports, takes the first leases and readies the store's connections (`RelayStore.warm`),
+   * at the same time, then starts the claim loops.
    * Resolves once running. If a transport's start or the first lease tick fails, start() waits for the
    * other to end, gives back the leases taken and closes the transports it opened; the relay is idle
    * again and start() rejects (a transport's error first); it can be called again.
@@ -134,7 +135,8 @@ export class Relay extends TypedEmitter<RelayEvents> implements HealthSource {
     try {
       // A relay that starts (or takes over from one that crashed) connects to its brokers while the
       // database answers its first heartbeat and lease: one wait instead of two before it publishes.
-      const [transports, leases] = await Promise.allSettled([startTransports(), this.#tickLeases()]);
+      // The store readies a connection per lane meanwhile (it never rejects).
+      const [transports, leases] = await Promise.allSettled([startTransports(), this.#tickLeases(), this.options.store.warm?.(this.options.lanes)]);
       if (transports.status === 'rejected') throw transports.reason;
       if (leases.status === 'rejected') throw leases.reason;
       const metrics = this.options.metrics ?? defaultMetrics();
