@@ -8,18 +8,11 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { createRelay, type OutboxEvent, type PublishOutcome, type Transport } from 'txbox';
+import { createRelay } from 'txbox';
 import { pgConnection, postgresNames, PostgresRelayStore } from 'txbox/postgres';
 import { DATABASE_URL, openDb, type TestDb } from '../helpers/databases.ts';
+import { RecordingTransport } from 'txbox/testing';
 import { waitFor } from '../helpers/wait.ts';
-
-class NoopTransport implements Transport {
-  readonly name = 'noop';
-  async publish(events: readonly OutboxEvent[]): Promise<PublishOutcome[]> {
-    return events.map(() => ({ ok: true }));
-  }
-  async close(): Promise<void> {}
-}
 
 describe('warm connections', () => {
   let db: TestDb;
@@ -113,7 +106,7 @@ describe('warm connections', () => {
     const pool = countingPool(app, 6);
     const relay = createRelay({
       store: new PostgresRelayStore({ schema: db.schema, connection: pgConnection({ pool }) }),
-      transport: new NoopTransport(),
+      transport: new RecordingTransport(),
       lanes: 3,
       pollIntervalMs: 60_000,
     });

@@ -122,16 +122,40 @@ SELECT 1 + (SELECT count(*) FROM ${n.relays}
        (SELECT count(*) FROM up)::int AS up`;
 }
 
+/**
+ * The buckets of `$1`'s live leases among the (bucket, token) pairs given by the
+ * parameters `buckets` and `tokens`, locked (`FOR lock`) in bucket order, as
+ * every statement that locks lease rows does, so that none can deadlock another.
+ */
+function liveLeases(n: PostgresNames, buckets: string, tokens: string, lock: 'UPDATE' | 'SHARE'): string {
+  return `SELECT b.bucket FROM ${n.buckets} b
+  JOIN unnest(${buckets}::smallint[], ${tokens}::bigint[]) AS h(bucket, token) ON b.bucket = h.bucket AND b.token = h.token
+  WHERE b.owner = $1 AND b.lease_until > now()
+  ORDER BY b.bucket
+  FOR ${lock} OF b`;
+}
+
+/**
+ * The statement that marks published rows (`from`: a USING/FROM clause or '', `where`: which rows): deleted
+ * with `deleteOnPublish`, else set published; returns each row's seq and whether it was a blocker (see completeSql).
+ */
+function markPublished(n: PostgresNames, deleteOnPublish: boolean, from: string, where: string): string {
+  return deleteOnPublish
+    ? `DELETE FROM ${n.outbox} o${from === '' ? '' : ` USING ${from}`}
+  WHERE ${where}
+  RETURNING o.seq, o.next_attempt_at IS NOT NULL AS blocker`
+    : `UPDATE ${n.outbox} o SET state = 'published', done_at = now(), attempts = o.attempts + 1, next_attempt_at = NULL${from === '' ? '' : `
+  FROM ${from}`}
+  WHERE ${where}
+  RETURNING o.seq, (o.attempts > 1 OR o.last_error IS NOT NULL) AS blocker`;
+}
+
 /** $1 relay id, $2 held buckets, $3 held tokens, $4 ttl ms, $5 how many to acquire. */
 export function leaseSql(n: PostgresNames): string {
   // Rows are locked in bucket order, as the complete statement's fence does,
   // so that a lease renewal and a concurrent complete cannot deadlock.
   return `WITH held AS (
-  SELECT b.bucket FROM ${n.buckets} b
-  JOIN unnest($2::smallint[], $3::bigint[]) AS h(bucket, token) ON b.bucket = h.bucket AND b.token = h.token
-  WHERE b.owner = $1 AND b.lease_until > now()
-  ORDER BY b.bucket
-  FOR UPDATE OF b
+  ${liveLeases(n, '$2', '$3', 'UPDATE')}
 ), renewed AS (
   UPDATE ${n.buckets} b SET lease_until = now() + $4 * interval '1 millisecond'
   FROM held WHERE b.bucket = held.bucket
@@ -224,14 +248,7 @@ export function completeSql(n: PostgresNames, deleteOnPublish: boolean, synchron
   // it failed before (attempts >= 1 before this publish), or its destination was down (deferred:
   // attempts unchanged, last_error set, which publishing leaves as it was). RETURNING sees the row
   // after the UPDATE, where next_attempt_at is already NULL.
-  const published = deleteOnPublish
-    ? `DELETE FROM ${n.outbox} o USING input i
-  WHERE i.outcome = 0 AND o.seq = i.seq AND o.state = 'pending' AND ${FENCED}
-  RETURNING o.seq, o.next_attempt_at IS NOT NULL AS blocker`
-    : `UPDATE ${n.outbox} o SET state = 'published', done_at = now(), attempts = o.attempts + 1, next_attempt_at = NULL
-  FROM input i
-  WHERE i.outcome = 0 AND o.seq = i.seq AND o.state = 'pending' AND ${FENCED}
-  RETURNING o.seq, (o.attempts > 1 OR o.last_error IS NOT NULL) AS blocker`;
+  const published = markPublished(n, deleteOnPublish, 'input i', `i.outcome = 0 AND o.seq = i.seq AND o.state = 'pending' AND ${FENCED}`);
   return `WITH input AS (
   SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::smallint[], $5::integer[], $6::text[], $7::text[])
     AS i(seq, token, outcome, delay_ms, error, routes)
@@ -280,19 +297,9 @@ export function completePublishedSql(n: PostgresNames, deleteOnPublish: boolean,
   // live[bucket + 1] is true for the batch's buckets whose lease this relay still holds under the batch's token;
   // NULL (not marked) past the array's end and for the others.
   const fenced = `((SELECT live FROM lived)::boolean[])[o.bucket + 1]`;
-  const published = deleteOnPublish
-    ? `DELETE FROM ${n.outbox} o
-  WHERE o.seq = ANY($2::bigint[]) AND o.state = 'pending' AND ${fenced}
-  RETURNING o.seq, o.next_attempt_at IS NOT NULL AS blocker`
-    : `UPDATE ${n.outbox} o SET state = 'published', done_at = now(), attempts = o.attempts + 1, next_attempt_at = NULL
-  WHERE o.seq = ANY($2::bigint[]) AND o.state = 'pending' AND ${fenced}
-  RETURNING o.seq, (o.attempts > 1 OR o.last_error IS NOT NULL) AS blocker`;
+  const published = markPublished(n, deleteOnPublish, '', `o.seq = ANY($2::bigint[]) AND o.state = 'pending' AND ${fenced}`);
   return `WITH fence AS (
-  SELECT b.bucket FROM ${n.buckets} b
-  JOIN unnest($3::smallint[], $4::bigint[]) AS h(bucket, token) ON b.bucket = h.bucket AND b.token = h.token
-  WHERE b.owner = $1 AND b.lease_until > now()
-  ORDER BY b.bucket
-  FOR SHARE OF b
+  ${liveLeases(n, '$3', '$4', 'SHARE')}
 ), lived AS (
   SELECT ARRAY(
     SELECT f.bucket IS NOT NULL FROM generate_series(0, (SELECT coalesce(max(bucket), -1) FROM fence)) g(bucket)
