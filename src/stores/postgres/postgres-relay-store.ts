@@ -557,16 +557,11 @@ export class PostgresRelayStore implements RelayStore {
   }
 
   /**
-   * Releases rows held behind rows that no longer block them (see migration
-   * 005). The claim runs it every `releaseHeldEveryMs`; returns the rows released.
-   */
-  /**
    * Readies `connections` connections at once, each in a transaction of its own (so that each is a
    * different connection): the claim function, migration 010's mark function and, in the WAL mode, the
-   * claim by seq, each called once with nothing to do. A connection's first call of a PL/pgSQL
-   * function compiles it and plans its statements, 7-15 ms on a slow machine where the next call takes
-   * 1 ms, and its connect took 11-12 ms more: the first events after a relay starts (or takes over)
-   * paid for both. Nothing is changed (no buckets, no seqs). Errors are ignored: an outbox of an
+   * claim by seq, each called once with nothing to do. A connection's first call of a function compiles
+   * and plans it (PL/pgSQL), 7-15 ms on a slow machine where the next call takes 1 ms, and its connect
+   * took 11-12 ms more: the first events after a relay starts (or takes over) paid for both. Nothing is changed (no buckets, no seqs). Errors are ignored: an outbox of an
    * older migration, a role without EXECUTE, a database not there yet only leave a connection cold.
    */
   async warm(connections: number): Promise<void> {
@@ -584,6 +579,10 @@ export class PostgresRelayStore implements RelayStore {
     );
   }
 
+  /**
+   * Releases rows held behind rows that no longer block them (see migration
+   * 005). The claim runs it every `releaseHeldEveryMs`; returns the rows released.
+   */
   async releaseHeld(): Promise<number> {
     const { rows } = await this.#db.query<{ released: number }>(this.#sql.releaseHeld, [this.#skip]);
     return rows[0]!.released;
