@@ -122,7 +122,7 @@ async function isolate(
       : `could not be marked ${c.outcome === 'retry' ? 'for retry' : 'parked'}: ${reason}; the publish error was: ${c.error}`;
   const routesAcked = c.outcome === 'published' ? [] : (c.routesAcked ?? []);
   for (const text of [scrubErrorText(first), 'could not be marked; the relay reported the database error (phase complete)']) {
-    const park = { seq: c.seq, token: c.token, ...(c.bucket === undefined ? {} : { bucket: c.bucket }), outcome: 'park' as const, error: text, routesAcked };
+    const park = { seq: c.seq, token: c.token, outcome: 'park' as const, error: text, routesAcked };
     if ((await tryComplete([park], ctx, result)) === undefined) {
       result.isolated.push(park);
       return true;
